@@ -1,0 +1,98 @@
+// megacpp/backends/cpu.hpp: the CPU backend, Eigen GEMM + OpenMP loops.
+//
+// `Cpu` satisfies the `Backend` concept (megacpp/core/backend.hpp); each member forwards to a
+// kernel in megacpp/backends/cpu/detail/. Memory is host memory, so Tensor<T, Cpu>::data() can
+// be read directly.
+#pragma once
+
+#define MEGACPP_CPU_BACKEND_INTERNAL
+#include "megacpp/backends/cpu/detail/elementwise.hpp"
+#include "megacpp/backends/cpu/detail/gemm.hpp"
+#include "megacpp/backends/cpu/detail/indexing.hpp"
+#include "megacpp/backends/cpu/detail/memory.hpp"
+#include "megacpp/backends/cpu/detail/parallel.hpp"
+#include "megacpp/backends/cpu/detail/rows.hpp"
+#undef MEGACPP_CPU_BACKEND_INTERNAL
+
+#include <cstring>
+
+#include "megacpp/core.hpp"
+
+namespace megacpp {
+
+struct Cpu {
+  static constexpr std::string_view name = "cpu";
+  static constexpr bool host_accessible = true;  // data() is dereferenceable on the host
+
+  // --- memory ---
+  template <class T> static T* allocate(std::size_t n) { return cpu::allocate<T>(n); }
+  template <class T> static void deallocate(T* p, std::size_t n) { cpu::deallocate<T>(p, n); }
+  template <class T> static void copy_from_host(T* dst, const T* src, std::size_t n) { std::memcpy(dst, src, n * sizeof(T)); }
+  template <class T> static void copy_to_host(T* dst, const T* src, std::size_t n) { std::memcpy(dst, src, n * sizeof(T)); }
+  template <class T> static void copy(T* dst, const T* src, std::size_t n) { std::memcpy(dst, src, n * sizeof(T)); }
+  template <class T> static void fill(T* dst, std::size_t n, T value) { cpu::fill<T>(dst, n, value); }
+  template <class From, class To> static void convert(std::size_t n, const From* src, To* dst) { cpu::convert<From, To>(n, src, dst); }
+  static MemoryStats memory_stats() { return cpu::memory_stats(); }
+  static void reset_peak_memory() { cpu::reset_peak_memory(); }
+  static void synchronize() {}
+
+  // --- dense algebra ---
+  template <class T>
+  static void gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c) { cpu::gemm<T>(g, alpha, a, b, beta, c); }
+
+  // --- elementwise, reductions, layout ---
+  template <class T, class F, class... Ins>
+  static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cpu::map<T>(rows, cols, f, out, ins...); }
+  template <class T, class F, class... Ins>
+  static void reduce(index_t outer, index_t n, index_t inner, F f, T scale, T beta, T* out, Ins... ins) {
+    cpu::reduce<T>(outer, n, inner, f, scale, beta, out, ins...);
+  }
+  template <class T>
+  static void expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
+    cpu::expand<T>(outer, n, inner, scale, src, beta, dst);
+  }
+  template <class T>
+  static void copy_2d(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
+    cpu::copy_2d<T>(rows, cols, src, src_ld, beta, dst, dst_ld);
+  }
+  template <class T>
+  static void transpose(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta, T* dst) {
+    cpu::transpose<T>(outer, d0, mid, d1, inner, src, beta, dst);
+  }
+  static std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::int32_t* idx) { return cpu::minmax_index(n, idx); }
+
+  // --- fused row kernels ---
+  template <class T> static void softmax(index_t rows, index_t cols, const T* x, T* y) { cpu::softmax<T>(rows, cols, x, y); }
+  template <class T> static void softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T* gx) { cpu::softmax_backward<T>(rows, cols, y, gy, gx); }
+  template <class T> static void log_softmax(index_t rows, index_t cols, const T* x, T* y) { cpu::log_softmax<T>(rows, cols, x, y); }
+  template <class T> static void log_softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T* gx) { cpu::log_softmax_backward<T>(rows, cols, y, gy, gx); }
+  template <class T>
+  static void rmsnorm(index_t rows, index_t cols, const T* x, const T* gain, T eps, T* y, T* rstd) { cpu::rmsnorm<T>(rows, cols, x, gain, eps, y, rstd); }
+  template <class T>
+  static void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, const T* rstd, const T* gy, T* gx, T* ggain) {
+    cpu::rmsnorm_backward<T>(rows, cols, x, gain, rstd, gy, gx, ggain);
+  }
+  template <class T>
+  static void gather_rows(index_t n, index_t dim, const T* table, const std::int32_t* idx, T* out) { cpu::gather_rows<T>(n, dim, table, idx, out); }
+  template <class T>
+  static void scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t* idx, T* gtable) { cpu::scatter_add_rows<T>(n, dim, gout, idx, gtable); }
+  template <class T>
+  static void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq, int sign, const T* x, T beta, T* y) {
+    cpu::rope<T>(tokens, heads, dim, positions, inv_freq, sign, x, beta, y);
+  }
+  template <class T>
+  static void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int32_t* targets, const T* mask, T* losses, T* lse) {
+    cpu::cross_entropy<T>(rows, vocab, logits, targets, mask, losses, lse);
+  }
+  template <class T>
+  static void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets, const T* mask, T scale, T* glogits) {
+    cpu::cross_entropy_backward<T>(rows, vocab, logits, lse, targets, mask, scale, glogits);
+  }
+};
+
+static_assert(Backend<Cpu>, "megacpp_cpu_backend_must_satisfy_Backend: see megacpp/core/backend.hpp");
+
+template <class T>
+using CpuTensor = Tensor<T, Cpu>;
+
+}  // namespace megacpp

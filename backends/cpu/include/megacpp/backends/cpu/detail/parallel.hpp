@@ -1,0 +1,47 @@
+// CPU backend: OpenMP loops with a static schedule.
+//
+// Static schedules assign the same iterations to the same thread every run, and every kernel
+// computes each output element on exactly one thread in a fixed order, so results are bitwise
+// reproducible for a given thread count (and, for all but GEMM, independent of it).
+#pragma once
+#include "megacpp/backends/cpu/detail/guard.hpp"
+
+#include <omp.h>
+
+#include "megacpp/core/config.hpp"
+
+namespace megacpp::cpu {
+
+// Below this many scalar operations a kernel runs on the calling thread: the fork/join costs
+// more than the work (measured ~2-5 us per parallel region on 2 cores).
+inline constexpr index_t kParallelThreshold = 1 << 15;
+
+// Runs body(i) for i in [0, n); `cost` is the approximate scalar work per iteration.
+template <class Body>
+void parallel_for(index_t n, index_t cost, Body&& body) {
+  if (n <= 1 || n * cost < kParallelThreshold || omp_in_parallel()) {
+    for (index_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (index_t i = 0; i < n; ++i) body(i);
+}
+
+// Runs body(begin, end) over contiguous chunks of [0, n), one chunk per thread.
+template <class Body>
+void parallel_chunks(index_t n, index_t cost, Body&& body) {
+  if (n <= 1 || n * cost < kParallelThreshold || omp_in_parallel()) {
+    body(index_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const index_t threads = omp_get_num_threads();
+    const index_t t = omp_get_thread_num();
+    const index_t begin = n * t / threads;
+    const index_t end = n * (t + 1) / threads;
+    if (begin < end) body(begin, end);
+  }
+}
+
+}  // namespace megacpp::cpu

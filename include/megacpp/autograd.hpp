@@ -1,0 +1,18 @@
+// megacpp/autograd.hpp: Var, the backward engine, every differentiable op, and gradcheck.
+#pragma once
+
+#include "megacpp/autograd/backward.hpp"
+#include "megacpp/autograd/function.hpp"
+#include "megacpp/autograd/grad_mode.hpp"
+#include "megacpp/autograd/gradcheck.hpp"
+#include "megacpp/autograd/ops/cross_entropy.hpp"
+#include "megacpp/autograd/ops/elementwise.hpp"
+#include "megacpp/autograd/ops/embedding.hpp"
+#include "megacpp/autograd/ops/matmul.hpp"
+#include "megacpp/autograd/ops/reduce.hpp"
+#include "megacpp/autograd/ops/rmsnorm.hpp"
+#include "megacpp/autograd/ops/rope.hpp"
+#include "megacpp/autograd/ops/shape.hpp"
+#include "megacpp/autograd/ops/softmax.hpp"
+#include "megacpp/autograd/var.hpp"
+#include "megacpp/core.hpp"

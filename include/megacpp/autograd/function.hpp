@@ -1,0 +1,61 @@
+// megacpp/autograd/function.hpp: recording an op with a hand-written backward as one graph node.
+//
+// This is the one way ops enter the graph, built-in and user-defined alike (the role of
+// torch.autograd.Function): compute the forward value with backend kernels, then
+//
+//   return make_result("my_op", value, [=](const Tensor<T, B>& grad_out) mutable {
+//     if (x.requires_grad()) { /* add d(loss)/dx into x.grad_buffer() */ }
+//   }, x, w);
+//
+// The backward receives the gradient of the result and adds its inputs' gradients into their
+// grad_buffer()s. It is recorded only when gradients are enabled (no NoGrad scope) and some
+// input requires a gradient; otherwise the result is a constant and the closure is dropped.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "megacpp/autograd/grad_mode.hpp"
+#include "megacpp/autograd/var.hpp"
+
+namespace megacpp {
+
+namespace detail {
+template <class T, Backend B, class Fn>
+struct FunctionNode final : Node {
+  explicit FunctionNode(Fn fn) : backward_fn(std::move(fn)) {}
+  void backward(VarStateBase& output) override {
+    backward_fn(static_cast<const VarState<T, B>&>(output).grad);
+  }
+  Fn backward_fn;
+};
+
+template <class V>
+void collect_input(std::vector<std::shared_ptr<VarStateBase>>& inputs, const V& v) {
+  if (v.requires_grad()) inputs.push_back(v.state_base());
+}
+template <class V>
+void collect_input(std::vector<std::shared_ptr<VarStateBase>>& inputs, const std::vector<V>& vs) {
+  for (const auto& v : vs) collect_input(inputs, v);
+}
+}  // namespace detail
+
+// Wraps `value` as the result of op `name` whose inputs are `inputs` (Vars, of any element type,
+// or vectors of Vars). `backward` is called as backward(const Tensor<T, B>& grad_of_result).
+template <class T, Backend B, class Fn, class... Inputs>
+Var<T, B> make_result(std::string_view name, Tensor<T, B> value, Fn&& backward, const Inputs&... inputs) {
+  std::vector<std::shared_ptr<detail::VarStateBase>> needing_grad;
+  (detail::collect_input(needing_grad, inputs), ...);
+  Var<T, B> result(std::move(value), false);
+  if (!grad_enabled() || needing_grad.empty()) return result;
+  auto node = std::make_shared<detail::FunctionNode<T, B, std::decay_t<Fn>>>(std::forward<Fn>(backward));
+  node->name = name;
+  node->inputs = std::move(needing_grad);
+  result.state_->grad_fn = std::move(node);
+  result.state_->requires_grad = true;
+  return result;
+}
+
+}  // namespace megacpp

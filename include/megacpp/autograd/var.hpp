@@ -1,0 +1,114 @@
+// megacpp/autograd/var.hpp: Var<T, B>, a tensor that records the ops applied to it.
+//
+// Each Var shares one VarState: the value, the accumulated gradient, and (for op results) the
+// graph node that produced it. A node holds its inputs' states, so the loss keeps its whole graph
+// alive and nothing points back up: the graph has no cycles. Backward functions must capture
+// only inputs and saved tensors, never the result Var.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "megacpp/core/tensor.hpp"
+
+namespace megacpp {
+
+namespace detail {
+
+struct Node;
+
+// The part of a Var's state the backward engine sees, whatever T and B are.
+struct VarStateBase {
+  virtual ~VarStateBase() = default;
+  virtual bool has_grad() const = 0;
+  virtual void release_grad() = 0;
+  virtual void seed_grad_ones() = 0;
+
+  std::shared_ptr<Node> grad_fn;  // null for leaves and constants
+  bool requires_grad = false;
+  bool retains_grad = false;   // keep the gradient of a non-leaf after backward
+  bool graph_freed = false;    // a backward already released this result's graph
+};
+
+// A recorded op: computes its inputs' gradients from its output's gradient.
+struct Node {
+  virtual ~Node() = default;
+  virtual void backward(VarStateBase& output) = 0;
+  std::string_view name;
+  std::vector<std::shared_ptr<VarStateBase>> inputs;  // the inputs that require a gradient
+};
+
+template <class T, Backend B>
+struct VarState final : VarStateBase {
+  explicit VarState(Tensor<T, B> v) : value(std::move(v)) {}
+  bool has_grad() const override { return grad.defined(); }
+  void release_grad() override { grad = Tensor<T, B>(); }
+  void seed_grad_ones() override { grad = Tensor<T, B>::full(value.shape(), T(1)); }
+
+  Tensor<T, B> value;
+  Tensor<T, B> grad;  // undefined until a gradient flows here
+};
+
+}  // namespace detail
+
+template <class T, Backend B>
+class Var {
+  static_assert(is_compute_type_v<T>,
+                "megacpp_var_needs_float_or_double: keep bf16/f16 as Tensor storage and convert with .to<float>()");
+
+ public:
+  using value_type = T;
+  using backend_type = B;
+
+  Var() = default;
+  // A constant (requires_grad = false) or a leaf that collects gradients (requires_grad = true).
+  explicit Var(Tensor<T, B> value, bool requires_grad = false)
+      : state_(std::make_shared<detail::VarState<T, B>>(std::move(value))) {
+    state_->requires_grad = requires_grad;
+  }
+  static Var parameter(Tensor<T, B> value) { return Var(std::move(value), true); }
+
+  bool defined() const { return state_ != nullptr; }
+  const Tensor<T, B>& value() const { return state_->value; }
+  // The value's storage, for in-place updates outside the graph (optimizer steps under NoGrad).
+  Tensor<T, B>& mutable_value() { return state_->value; }
+  const Shape& shape() const { return state_->value.shape(); }
+  int rank() const { return state_->value.rank(); }
+  index_t numel() const { return state_->value.numel(); }
+  index_t size(int axis) const { return state_->value.size(axis); }
+  T item() const { return state_->value.item(); }
+
+  bool requires_grad() const { return state_ && state_->requires_grad; }
+  bool is_leaf() const { return !state_->grad_fn; }
+  // Accumulated gradient; undefined (`!grad().defined()`) until a backward reaches this Var.
+  const Tensor<T, B>& grad() const { return state_->grad; }
+  // The gradient accumulator, created as zeros on first use. Backward functions add into it.
+  // A Var is a handle (like shared_ptr): const-ness of the handle does not freeze the state.
+  Tensor<T, B>& grad_buffer() const {
+    if (!state_->grad.defined()) state_->grad = Tensor<T, B>::zeros(shape());
+    return state_->grad;
+  }
+  // Forgets the accumulated gradient (the next backward starts from zero).
+  void zero_grad() { state_->release_grad(); }
+  // Keep this non-leaf's gradient after backward (leaves always keep theirs).
+  void retain_grad() { state_->retains_grad = true; }
+  void set_requires_grad(bool on) {
+    check(is_leaf(), "Var::set_requires_grad", "only leaves can change requires_grad");
+    state_->requires_grad = on;
+  }
+  // Same value (shared storage), no history.
+  Var detach() const { return Var(state_->value, false); }
+
+  std::shared_ptr<detail::VarStateBase> state_base() const { return state_; }
+  // Identity of the underlying state (two Vars that are copies of each other compare equal).
+  const void* id() const { return state_.get(); }
+
+ private:
+  template <class U, Backend C, class Fn, class... Inputs>
+  friend Var<U, C> make_result(std::string_view, Tensor<U, C>, Fn&&, const Inputs&...);
+
+  std::shared_ptr<detail::VarState<T, B>> state_;
+};
+
+}  // namespace megacpp

@@ -1,0 +1,11 @@
+// megacpp/core.hpp: tensors, shapes, element types, errors and the backend contract.
+#pragma once
+
+#include "megacpp/core/backend.hpp"
+#include "megacpp/core/config.hpp"
+#include "megacpp/core/dtypes.hpp"
+#include "megacpp/core/error.hpp"
+#include "megacpp/core/functors.hpp"
+#include "megacpp/core/random.hpp"
+#include "megacpp/core/shape.hpp"
+#include "megacpp/core/tensor.hpp"

@@ -1,0 +1,98 @@
+// megacpp/core/backend.hpp: the kernel contract every backend implements (CPU, CUDA).
+//
+// A backend is a tag type with static member functions; the same layer source instantiates
+// against any type satisfying `Backend`. Layers and autograd ops call only these functions,
+// never a backend's internals. Pointers are the backend's memory (host memory for Cpu, device
+// memory for Cuda); `index_t` sizes; every kernel is synchronous with respect to later kernels
+// of the same backend. Element types: memory functions take any storage type; compute kernels
+// take float and double (bf16/f16 are converted with `convert` first).
+//
+// Conventions shared by all kernels:
+// - Matrices are row-major. `beta` selects overwrite (0) or accumulate (1) into the output, so
+//   backward passes accumulate into gradient buffers without temporaries.
+// - `In<T>` is an elementwise operand. A broadcast operand (`broadcast = true`) is indexed by
+//   the innermost coordinate only: broadcasting over leading dims, as `x + bias` needs.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "megacpp/core/config.hpp"
+
+namespace megacpp {
+
+// Strided batched GEMM, row-major: for b in [0, batch):
+//   C_b = alpha * op(A_b) * op(B_b) + beta * C_b, op(X) = X or X^T,
+// with op(A_b) (m, k), op(B_b) (k, n), C_b (m, n); X_b starts at X + b * stride_x.
+// A stride of 0 reuses one matrix for the whole batch (except C, which must not alias).
+struct GemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  index_t m = 0, n = 0, k = 0;
+  index_t lda = 0, ldb = 0, ldc = 0;  // row strides of A, B, C as stored
+  index_t stride_a = 0, stride_b = 0, stride_c = 0;
+  index_t batch = 1;
+};
+
+template <class T>
+struct In {
+  const T* data = nullptr;
+  bool broadcast = false;  // indexed by the innermost coordinate only
+};
+
+// Bytes allocated through a backend: current and high-water mark (for benches' peak memory).
+struct MemoryStats {
+  std::size_t current_bytes = 0;
+  std::size_t peak_bytes = 0;
+};
+
+// A functor that is valid in every map/reduce kernel (used only to spell the concept).
+struct IdentityFunctor {
+  template <class T>
+  MEGACPP_HD T operator()(T x) const { return x; }
+};
+
+// clang-format off
+template <class B>
+concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, std::size_t n,
+                           index_t i, float s, const GemmArgs& g, In<float> in) {
+  { B::name } -> std::convertible_to<std::string_view>;
+  // memory
+  { B::template allocate<float>(n) } -> std::same_as<float*>;
+  B::template deallocate<float>(p, n);
+  B::template copy_from_host<float>(p, cp, n);
+  B::template copy_to_host<float>(p, cp, n);
+  B::template copy<float>(p, cp, n);
+  B::template fill<float>(p, n, s);
+  B::template convert<double, float>(n, static_cast<const double*>(nullptr), p);
+  { B::memory_stats() } -> std::same_as<MemoryStats>;
+  B::reset_peak_memory();
+  B::synchronize();
+  // dense algebra
+  B::template gemm<float>(g, s, cp, cp, s, p);
+  // elementwise and reductions over functors
+  B::template map<float>(i, i, IdentityFunctor{}, p, in);
+  B::template reduce<float>(i, i, i, IdentityFunctor{}, s, s, p, in);
+  B::template expand<float>(i, i, i, s, cp, s, p);
+  B::template copy_2d<float>(i, i, cp, i, s, p, i);
+  B::template transpose<float>(i, i, i, i, i, cp, s, p);
+  { B::minmax_index(i, idx) } -> std::same_as<std::pair<std::int32_t, std::int32_t>>;
+  // fused row kernels
+  B::template softmax<float>(i, i, cp, p);
+  B::template softmax_backward<float>(i, i, cp, cp, p);
+  B::template log_softmax<float>(i, i, cp, p);
+  B::template log_softmax_backward<float>(i, i, cp, cp, p);
+  B::template rmsnorm<float>(i, i, cp, cp, s, p, p);
+  B::template rmsnorm_backward<float>(i, i, cp, cp, cp, cp, p, p);
+  B::template gather_rows<float>(i, i, cp, idx, p);
+  B::template scatter_add_rows<float>(i, i, cp, idx, p);
+  B::template rope<float>(i, i, i, idx, cp, 1, cp, s, p);
+  B::template cross_entropy<float>(i, i, cp, idx, cp, p, p);
+  B::template cross_entropy_backward<float>(i, i, cp, cp, idx, cp, s, p);
+};
+// clang-format on
+
+}  // namespace megacpp

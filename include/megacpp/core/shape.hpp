@@ -1,0 +1,115 @@
+// megacpp/core/shape.hpp: runtime tensor shape (rank <= 8), row-major.
+#pragma once
+
+#include <array>
+#include <initializer_list>
+#include <ostream>
+#include <span>
+#include <string>
+
+#include "megacpp/core/config.hpp"
+#include "megacpp/core/error.hpp"
+
+namespace megacpp {
+
+class Shape {
+ public:
+  static constexpr int kMaxRank = 8;
+
+  Shape() = default;  // rank 0: a scalar with one element
+  Shape(std::initializer_list<index_t> dims) { assign(dims.begin(), dims.size()); }
+  explicit Shape(std::span<const index_t> dims) { assign(dims.data(), dims.size()); }
+
+  int rank() const { return rank_; }
+  // Negative axes count from the end, as in numpy: shape[-1] is the last dim.
+  index_t operator[](int axis) const { return dims_[normalize_axis(axis)]; }
+  index_t& operator[](int axis) { return dims_[normalize_axis(axis)]; }
+  const index_t* begin() const { return dims_.data(); }
+  const index_t* end() const { return dims_.data() + rank_; }
+
+  index_t numel() const {
+    index_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= dims_[i];
+    return n;
+  }
+  // Product of dims [first, last).
+  index_t prod(int first, int last) const {
+    index_t n = 1;
+    for (int i = first; i < last; ++i) n *= dims_[i];
+    return n;
+  }
+
+  // Maps a possibly negative axis to [0, rank); throws naming the axis and the shape.
+  int normalize_axis(int axis) const {
+    const int a = axis < 0 ? axis + rank_ : axis;
+    check(a >= 0 && a < rank_, "Shape", "axis ", axis, " out of range for shape ", to_string());
+    return a;
+  }
+
+  // Shape with `dim` removed (keepdim=false reductions) or set to 1 (keepdim=true).
+  Shape without(int axis) const {
+    const int a = normalize_axis(axis);
+    Shape s;
+    for (int i = 0; i < rank_; ++i)
+      if (i != a) s.push_back(dims_[i]);
+    return s;
+  }
+  Shape with(int axis, index_t value) const {
+    Shape s = *this;
+    s[axis] = value;
+    return s;
+  }
+  void push_back(index_t d) {
+    check(rank_ < kMaxRank, "Shape", "rank would exceed ", kMaxRank);
+    dims_[rank_++] = d;
+  }
+  // The last `n` dims (a suffix), used for broadcasting over leading dims.
+  Shape suffix(int n) const {
+    Shape s;
+    for (int i = rank_ - n; i < rank_; ++i) s.push_back(dims_[i]);
+    return s;
+  }
+  // The first `n` dims.
+  Shape prefix(int n) const {
+    Shape s;
+    for (int i = 0; i < n; ++i) s.push_back(dims_[i]);
+    return s;
+  }
+  Shape concat(const Shape& tail) const {
+    Shape s = *this;
+    for (index_t d : tail) s.push_back(d);
+    return s;
+  }
+
+  std::string to_string() const {
+    std::string s = "(";
+    for (int i = 0; i < rank_; ++i) {
+      if (i) s += ", ";
+      s += std::to_string(dims_[i]);
+    }
+    return s + ")";
+  }
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    if (a.rank_ != b.rank_) return false;
+    for (int i = 0; i < a.rank_; ++i)
+      if (a.dims_[i] != b.dims_[i]) return false;
+    return true;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.to_string(); }
+
+ private:
+  void assign(const index_t* dims, std::size_t n) {
+    check(n <= static_cast<std::size_t>(kMaxRank), "Shape", "rank ", n, " exceeds ", kMaxRank);
+    for (std::size_t i = 0; i < n; ++i) {
+      check(dims[i] >= 0, "Shape", "negative dimension ", dims[i], " at axis ", i);
+      dims_[i] = dims[i];
+    }
+    rank_ = static_cast<int>(n);
+  }
+
+  std::array<index_t, kMaxRank> dims_{};
+  int rank_ = 0;
+};
+
+}  // namespace megacpp

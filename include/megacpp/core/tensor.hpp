@@ -1,0 +1,148 @@
+// megacpp/core/tensor.hpp: Tensor<T, B>, owning reference-counted storage on backend B.
+//
+// Element type and backend are compile-time; the shape is runtime. Tensors are always
+// contiguous and row-major: ops that permute axes copy (matmul takes transpose flags instead,
+// so the hot path never needs a transposed copy). Copies of a Tensor share storage; `clone()`
+// copies the data. `reshape` and `rows` are views on the same storage.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "megacpp/core/backend.hpp"
+#include "megacpp/core/dtypes.hpp"
+#include "megacpp/core/error.hpp"
+#include "megacpp/core/shape.hpp"
+
+namespace megacpp {
+
+template <class T, Backend B>
+class Tensor {
+  static_assert(is_storage_type_v<T>,
+                "megacpp_unsupported_element_type: Tensor holds float, double, bf16, f16, int32_t or uint8_t");
+
+ public:
+  using value_type = T;
+  using backend_type = B;
+
+  Tensor() = default;  // undefined: no storage; defined() is false
+  // Uninitialised storage for `shape`.
+  explicit Tensor(Shape shape) : shape_(shape) {
+    const auto n = static_cast<std::size_t>(shape_.numel());
+    T* p = n ? B::template allocate<T>(n) : nullptr;
+    storage_ = std::shared_ptr<T>(p, [n](T* q) { if (q) B::template deallocate<T>(q, n); });
+    data_ = p;
+  }
+
+  static Tensor zeros(Shape shape) { return full(shape, T{}); }
+  static Tensor full(Shape shape, T value) {
+    Tensor t(shape);
+    B::template fill<T>(t.data_, static_cast<std::size_t>(t.numel()), value);
+    return t;
+  }
+  // Copies host values; their count must equal the shape's number of elements.
+  static Tensor from_host(Shape shape, std::span<const T> values) {
+    check(static_cast<index_t>(values.size()) == shape.numel(), "Tensor::from_host", "shape ",
+          shape, " needs ", shape.numel(), " values, got ", values.size());
+    Tensor t(shape);
+    B::template copy_from_host<T>(t.data_, values.data(), values.size());
+    return t;
+  }
+  static Tensor from_host(Shape shape, std::initializer_list<T> values) {
+    return from_host(shape, std::span<const T>(values.begin(), values.size()));
+  }
+  static Tensor scalar(T value) { return from_host(Shape{}, {value}); }
+
+  std::vector<T> to_host() const {
+    std::vector<T> out(static_cast<std::size_t>(numel()));
+    if (!out.empty()) B::template copy_to_host<T>(out.data(), data_, out.size());
+    return out;
+  }
+  // The single element of a one-element tensor.
+  T item() const {
+    check(defined() && numel() == 1, "Tensor::item", "needs exactly one element, shape is ", shape_);
+    T v;
+    B::template copy_to_host<T>(&v, data_, 1);
+    return v;
+  }
+
+  bool defined() const { return storage_.use_count() > 0; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank(); }
+  index_t numel() const { return shape_.numel(); }
+  index_t size(int axis) const { return shape_[axis]; }
+  // Backend pointer to the first element (host memory for Cpu).
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+
+  // Same storage, new shape with the same number of elements; one dim may be -1 (inferred).
+  Tensor reshape(std::initializer_list<index_t> dims) const { return reshape(Shape(infer(dims))); }
+  Tensor reshape(const Shape& shape) const {
+    check(shape.numel() == numel(), "reshape", "cannot view shape ", shape_, " (", numel(),
+          " elements) as ", shape, " (", shape.numel(), " elements)");
+    Tensor t = *this;
+    t.shape_ = shape;
+    return t;
+  }
+  // View of rows [begin, end) of the first axis (no copy).
+  Tensor rows(index_t begin, index_t end) const {
+    check(rank() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "Tensor::rows",
+          "range [", begin, ", ", end, ") invalid for shape ", shape_);
+    Tensor t = *this;
+    t.shape_[0] = end - begin;
+    t.data_ = data_ + begin * shape_.prod(1, rank());
+    return t;
+  }
+  Tensor clone() const {
+    Tensor t(shape_);
+    if (numel()) B::template copy<T>(t.data_, data_, static_cast<std::size_t>(numel()));
+    return t;
+  }
+  // Element type conversion (round to nearest even for bf16/f16).
+  template <class U>
+  Tensor<U, B> to() const {
+    Tensor<U, B> t(shape_);
+    if (numel()) B::template convert<T, U>(static_cast<std::size_t>(numel()), data_, t.data());
+    return t;
+  }
+  // Copies `src` (same shape) into this tensor's storage, which all views see.
+  void assign(const Tensor& src) {
+    check(src.shape() == shape_, "Tensor::assign", "shape ", src.shape(), " into ", shape_);
+    if (numel() && src.data_ != data_) B::template copy<T>(data_, src.data_, static_cast<std::size_t>(numel()));
+  }
+  void fill(T value) { B::template fill<T>(data_, static_cast<std::size_t>(numel()), value); }
+  // True when both tensors view the same first element (used to detect aliasing).
+  bool same_data(const Tensor& other) const { return data_ == other.data_; }
+
+ private:
+  Shape infer(std::initializer_list<index_t> dims) const {
+    Shape s;
+    int unknown = -1;
+    index_t known = 1;
+    int i = 0;
+    for (index_t d : dims) {
+      if (d == -1) {
+        check(unknown < 0, "reshape", "more than one -1 in target shape for ", shape_);
+        unknown = i;
+        s.push_back(1);
+      } else {
+        s.push_back(d);
+        known *= d;
+      }
+      ++i;
+    }
+    if (unknown >= 0) {
+      check(known > 0 && numel() % known == 0, "reshape", "cannot infer -1 viewing ", shape_);
+      s[unknown] = numel() / known;
+    }
+    return s;
+  }
+
+  std::shared_ptr<T> storage_;
+  T* data_ = nullptr;
+  Shape shape_;
+};
+
+}  // namespace megacpp
