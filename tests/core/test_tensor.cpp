@@ -1,1 +1,82 @@
+// Tensor<T, Cpu>: construction, views, copies, conversions, memory accounting, shapes.
 #include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "megacpp/megacpp.hpp"
+
+using namespace megacpp;
+using Catch::Matchers::Contains;
+
+TEST_CASE("Shape: numel, negative axes, suffix/prefix, printing", "[tensor]") {
+  const Shape s{2, 3, 4};
+  CHECK(s.rank() == 3);
+  CHECK(s.numel() == 24);
+  CHECK(s[-1] == 4);
+  CHECK(s.without(1) == Shape{2, 4});
+  CHECK(s.with(0, 5) == Shape{5, 3, 4});
+  CHECK(s.suffix(2) == Shape{3, 4});
+  CHECK(s.prefix(1) == Shape{2});
+  CHECK(s.to_string() == "(2, 3, 4)");
+  CHECK(Shape{}.numel() == 1);
+  CHECK_THROWS_WITH(s[3], Contains("axis 3 out of range for shape (2, 3, 4)"));
+  CHECK_THROWS_WITH((Shape{2, -1}), Contains("negative dimension -1"));
+}
+
+TEST_CASE("Tensor: from_host, views share storage, clone copies", "[tensor]") {
+  auto t = CpuTensor<float>::from_host({2, 3}, {1, 2, 3, 4, 5, 6});
+  CHECK(t.shape() == Shape{2, 3});
+  auto r = t.reshape({3, -1});
+  CHECK(r.shape() == Shape{3, 2});
+  r.data()[0] = 10;
+  CHECK(t.data()[0] == 10);  // same storage
+  auto c = t.clone();
+  c.data()[1] = -1;
+  CHECK(t.data()[1] == 2);  // independent storage
+  auto row = t.rows(1, 2);
+  CHECK(row.shape() == Shape{1, 3});
+  CHECK(row.to_host() == std::vector<float>{4, 5, 6});
+  CHECK(CpuTensor<double>::full({2}, 2.5).to_host() == std::vector<double>{2.5, 2.5});
+  CHECK(CpuTensor<float>::scalar(3).item() == 3);
+  CHECK_FALSE(CpuTensor<float>().defined());
+  CHECK(CpuTensor<float>(Shape{0}).defined());
+}
+
+TEST_CASE("Tensor: element type conversion rounds to nearest even", "[tensor]") {
+  auto t = CpuTensor<float>::from_host({3}, {1.0f, 1.00390625f, 1.01171875f});
+  auto b = t.to<bf16>();
+  auto back = b.to<float>().to_host();
+  CHECK(back == std::vector<float>{1.0f, 1.0f, 1.015625f});
+  auto h = t.to<f16>().to<double>().to_host();
+  CHECK(h[0] == 1.0);
+}
+
+TEST_CASE("Tensor: memory accounting tracks current and peak bytes", "[tensor]") {
+  Cpu::reset_peak_memory();
+  const auto before = Cpu::memory_stats();
+  {
+    CpuTensor<float> t(Shape{1024, 256});  // 1 MiB
+    CHECK(Cpu::memory_stats().current_bytes == before.current_bytes + 1024 * 256 * 4);
+  }
+  CHECK(Cpu::memory_stats().current_bytes == before.current_bytes);
+  CHECK(Cpu::memory_stats().peak_bytes >= before.current_bytes + 1024 * 256 * 4);
+}
+
+TEST_CASE("Tensor: bad construction and views are errors naming the values", "[tensor]") {
+  CHECK_THROWS_AS((CpuTensor<float>::from_host({2, 2}, {1, 2, 3})), Error);
+  CHECK_THROWS_WITH((CpuTensor<float>::from_host({2, 2}, {1, 2, 3})), Contains("shape (2, 2) needs 4 values, got 3"));
+  auto t = CpuTensor<float>::zeros({2, 3});
+  CHECK_THROWS_WITH((t.reshape({4, 2})), Contains("cannot view shape (2, 3)"));
+  CHECK_THROWS_WITH(t.rows(1, 3), Contains("range [1, 3) invalid for shape (2, 3)"));
+  CHECK_THROWS_WITH(t.item(), Contains("exactly one element"));
+}
+
+TEST_CASE("Rng: deterministic streams", "[tensor]") {
+  Rng a(42), b(42);
+  for (int i = 0; i < 100; ++i) REQUIRE(a.next_u64() == b.next_u64());
+  Rng c(5);
+  auto x = randn<float, Cpu>({1000}, c).to_host();
+  double mean = 0;
+  for (float v : x) mean += v;
+  CHECK(std::abs(mean / 1000) < 0.1);
+}

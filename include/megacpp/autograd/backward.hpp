@@ -38,7 +38,12 @@ inline std::vector<std::shared_ptr<VarStateBase>> topological_order(std::shared_
 }
 
 inline void run_backward(std::shared_ptr<VarStateBase> root, bool retain_graph) {
+  const VarStateBase* seeded = root.get();
   const auto order = topological_order(std::move(root));
+  // Gradients flowing through non-leaves start from zero on every pass (a retained one from an
+  // earlier pass would otherwise be propagated again); the root carries the seed.
+  for (const auto& state : order)
+    if (state->grad_fn && state.get() != seeded) state->release_grad();
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     VarStateBase& state = **it;
     if (!state.grad_fn) {
@@ -48,10 +53,12 @@ inline void run_backward(std::shared_ptr<VarStateBase> root, bool retain_graph) 
       continue;  // a leaf: its gradient stays
     }
     if (state.has_grad()) state.grad_fn->backward(state);
+    // A non-leaf's gradient is consumed here; keeping it would double-count on a retained
+    // graph's next backward.
+    if (!state.retains_grad) state.release_grad();
     if (!retain_graph) {
       state.grad_fn.reset();  // frees the tensors the node saved for its backward
       state.graph_freed = true;
-      if (!state.retains_grad) state.release_grad();
     }
   }
 }

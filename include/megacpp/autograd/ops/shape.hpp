@@ -33,6 +33,7 @@ template <class T, Backend B>
 Var<T, B> transpose(const Var<T, B>& x, int axis0, int axis1) {
   const Shape& s = x.shape();
   int a0 = s.normalize_axis(axis0), a1 = s.normalize_axis(axis1);
+  if (a0 == a1) return reshape(x, s);  // swapping an axis with itself: identity
   if (a0 > a1) std::swap(a0, a1);
   Shape out = s;
   out[a0] = s[a1];
@@ -40,8 +41,7 @@ Var<T, B> transpose(const Var<T, B>& x, int axis0, int axis1) {
   const index_t outer = s.prod(0, a0), d0 = s[a0], mid = s.prod(a0 + 1, a1), d1 = s[a1],
                 inner = s.prod(a1 + 1, s.rank());
   Tensor<T, B> y(out);
-  if (a0 == a1) y.assign(x.value());
-  else B::template transpose<T>(outer, d0, mid, d1, inner, x.value().data(), T(0), y.data());
+  B::template transpose<T>(outer, d0, mid, d1, inner, x.value().data(), T(0), y.data());
   return make_result("transpose", std::move(y), [x, outer, d0, mid, d1, inner](const Tensor<T, B>& g) mutable {
     B::template transpose<T>(outer, d1, mid, d0, inner, g.data(), T(1), x.grad_buffer().data());
   }, x);
