@@ -1,0 +1,46 @@
+// megacpp/nn/mlp.hpp: the feed-forward block, W2 act(W1 x), activation as a policy.
+//
+// Default (RECIPE.md "Architecture floor", modded-nanogpt): hidden = 4 d, act = relu(.)^2
+// (So et al., "Primer", 2021), output projection zero-initialised.
+#pragma once
+
+#include <string>
+
+#include "megacpp/autograd/ops/elementwise.hpp"
+#include "megacpp/nn/linear.hpp"
+
+namespace megacpp {
+
+/// relu(x)^2 activation policy.
+struct ReLU2 {
+  template <class T, Backend B>
+  static Var<T, B> apply(const Var<T, B>& x) { return relu2(x); }
+};
+/// silu(x) activation policy.
+struct SiLU {
+  template <class T, Backend B>
+  static Var<T, B> apply(const Var<T, B>& x) { return silu(x); }
+};
+
+/// Feed-forward network: x (..., d) -> proj(Act(fc(x))) (..., d).
+template <class T, Backend B, class Act = ReLU2>
+struct MLP {
+  Linear<T, B> fc;    ///< (hidden, d)
+  Linear<T, B> proj;  ///< (d, hidden), zero-initialised
+
+  MLP() = default;
+  /// hidden = 0 means 4 * d_model.
+  MLP(index_t d_model, Rng& rng, index_t hidden = 0)
+      : fc(d_model, hidden ? hidden : 4 * d_model, rng),
+        proj(hidden ? hidden : 4 * d_model, d_model, rng, LinearInit::zeros) {}
+
+  Var<T, B> forward(const Var<T, B>& x) const { return proj.forward(Act::apply(fc.forward(x))); }
+
+  template <class Visitor>
+  void for_each_param(Visitor&& visit, const std::string& prefix = "") {
+    fc.for_each_param(visit, child_name(prefix, "fc"));
+    proj.for_each_param(visit, child_name(prefix, "proj"));
+  }
+};
+
+}  // namespace megacpp
