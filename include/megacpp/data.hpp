@@ -1,0 +1,5 @@
+// megacpp/data.hpp: token shards and the packed-row loader.
+#pragma once
+
+#include "megacpp/data/loader.hpp"
+#include "megacpp/data/shard.hpp"

@@ -1,0 +1,7 @@
+// megacpp/io.hpp: file formats (safetensors), memory maps and atomic file writes.
+#pragma once
+
+#include "megacpp/io/atomic_file.hpp"
+#include "megacpp/io/json_value.hpp"
+#include "megacpp/io/mapped_file.hpp"
+#include "megacpp/io/safetensors.hpp"

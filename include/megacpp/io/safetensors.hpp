@@ -1,0 +1,200 @@
+// megacpp/io/safetensors.hpp: read and write the safetensors format (weights, optimizer state).
+//
+// Format (huggingface/safetensors, docs "Format"): an 8-byte little-endian u64 N, an N-byte
+// UTF-8 JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {"key": "value"}}, then the data buffer; offsets are relative to its start and
+// tensors are row-major little-endian. Every field is validated on read: a truncated or corrupt
+// file is an error naming the file, the tensor and the values, never a silent misread.
+// Writes are atomic (io/atomic_file.hpp), so a crash mid-save leaves the previous file intact.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "megacpp/core/tensor.hpp"
+#include "megacpp/io/atomic_file.hpp"
+#include "megacpp/io/json_value.hpp"
+#include "megacpp/io/mapped_file.hpp"
+
+namespace megacpp::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "megacpp_safetensors_needs_little_endian: safetensors data is little-endian and is copied as is");
+
+/// Where one tensor lives in a safetensors file.
+struct SafetensorsEntry {
+  std::string dtype;          ///< "F32", "F64", "BF16", "F16", "I32", "U8", ...
+  Shape shape;
+  std::uint64_t begin = 0;    ///< byte offsets into the data buffer
+  std::uint64_t end = 0;
+};
+
+namespace detail {
+inline std::size_t dtype_size(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
+  return 0;
+}
+}  // namespace detail
+
+/// A safetensors file opened for reading (memory-mapped).
+class SafetensorsReader {
+ public:
+  /// Opens and validates `path`: header size, JSON, dtypes, shapes, offsets within the file.
+  explicit SafetensorsReader(const std::filesystem::path& path) : file_(path, "safetensors") {
+    const std::string where = path.string();
+    const auto bytes = file_.bytes();
+    check(bytes.size() >= 8, "safetensors", where, ": file of ", bytes.size(), " bytes is too short for a header");
+    std::uint64_t header_size = 0;
+    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
+    check(header_size <= bytes.size() - 8, "safetensors", where, ": header size ", header_size,
+          " exceeds the file (", bytes.size(), " bytes): truncated or not a safetensors file");
+    data_ = bytes.data() + 8 + header_size;
+    data_size_ = bytes.size() - 8 - header_size;
+    const JsonValue header = parse_json(std::string_view(bytes.data() + 8, header_size), "safetensors " + where);
+    check(header.kind == JsonValue::Kind::object, "safetensors", where, ": header is not a JSON object");
+    for (const auto& [name, value] : header.object) {
+      if (name == "__metadata__") {
+        check(value.kind == JsonValue::Kind::object, "safetensors", where, ": __metadata__ is not an object");
+        for (const auto& [k, v] : value.object) {
+          check(v.kind == JsonValue::Kind::string, "safetensors", where, ": metadata \"", k, "\" is not a string");
+          metadata_[k] = v.string;
+        }
+        continue;
+      }
+      entries_.emplace(name, parse_entry(where, name, value));
+      order_.push_back(name);
+    }
+  }
+
+  /// Tensor names in the header.
+  const std::vector<std::string>& names() const { return order_; }
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  /// The entry for `name`; throws naming the file when absent.
+  const SafetensorsEntry& entry(const std::string& name) const {
+    const auto it = entries_.find(name);
+    check(it != entries_.end(), "safetensors", file_.path().string(), ": no tensor named \"", name, "\"");
+    return it->second;
+  }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  /// Copies tensor `name` to backend B; its dtype must be T's and, when given, its shape `expected`.
+  template <class T, Backend B>
+  Tensor<T, B> read(const std::string& name, const Shape* expected = nullptr) const {
+    const SafetensorsEntry& e = entry(name);
+    check(e.dtype == dtype_name<T>(), "safetensors", file_.path().string(), ": tensor \"", name, "\" has dtype ",
+          e.dtype, ", expected ", dtype_name<T>());
+    if (expected)
+      check(e.shape == *expected, "safetensors", file_.path().string(), ": tensor \"", name, "\" has shape ", e.shape,
+            ", expected ", *expected);
+    std::vector<T> host(static_cast<std::size_t>(e.shape.numel()));
+    if (!host.empty()) std::memcpy(host.data(), data_ + e.begin, host.size() * sizeof(T));
+    return Tensor<T, B>::from_host(e.shape, host);
+  }
+
+ private:
+  SafetensorsEntry parse_entry(const std::string& where, const std::string& name, const JsonValue& v) const {
+    const std::string ctx = "safetensors " + where + " tensor \"" + name + "\"";
+    SafetensorsEntry e;
+    const JsonValue& dtype = v.at("dtype", ctx);
+    check(dtype.kind == JsonValue::Kind::string, ctx, "dtype is not a string");
+    e.dtype = dtype.string;
+    const std::size_t width = detail::dtype_size(e.dtype);
+    check(width > 0, ctx, "unknown dtype \"", e.dtype, "\"");
+    const JsonValue& shape = v.at("shape", ctx);
+    check(shape.kind == JsonValue::Kind::array && shape.array.size() <= static_cast<std::size_t>(Shape::kMaxRank), ctx,
+          "shape must be an array of at most ", Shape::kMaxRank, " dims");
+    for (const auto& d : shape.array) {
+      check(d.kind == JsonValue::Kind::integer && d.integer >= 0, ctx, "shape has a non-integer or negative dim");
+      e.shape.push_back(d.integer);
+    }
+    const JsonValue& offsets = v.at("data_offsets", ctx);
+    check(offsets.kind == JsonValue::Kind::array && offsets.array.size() == 2 &&
+              offsets.array[0].kind == JsonValue::Kind::integer && offsets.array[1].kind == JsonValue::Kind::integer,
+          ctx, "data_offsets must be [begin, end]");
+    check(offsets.array[0].integer >= 0 && offsets.array[0].integer <= offsets.array[1].integer, ctx,
+          "data_offsets [", offsets.array[0].integer, ", ", offsets.array[1].integer, "] are not ordered");
+    e.begin = static_cast<std::uint64_t>(offsets.array[0].integer);
+    e.end = static_cast<std::uint64_t>(offsets.array[1].integer);
+    check(e.end <= data_size_, ctx, "data_offsets end ", e.end, " exceeds the data buffer of ", data_size_,
+          " bytes: the file is truncated");
+    check(e.end - e.begin == static_cast<std::uint64_t>(e.shape.numel()) * width, ctx, "holds ", e.end - e.begin,
+          " bytes but shape ", e.shape, " of ", e.dtype, " needs ", static_cast<std::uint64_t>(e.shape.numel()) * width);
+    return e;
+  }
+
+  MappedFile file_;
+  const char* data_ = nullptr;
+  std::uint64_t data_size_ = 0;
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::vector<std::string> order_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// Collects tensors and metadata, then writes one safetensors file atomically.
+class SafetensorsWriter {
+ public:
+  /// Adds a copy of `t` (any backend; copied to the host now) under a unique `name`.
+  template <class T, Backend B>
+  void add(const std::string& name, const Tensor<T, B>& t) {
+    check(!name.empty() && name != "__metadata__", "safetensors", "invalid tensor name \"", name, "\"");
+    for (const auto& e : entries_) check(e.name != name, "safetensors", "duplicate tensor name \"", name, "\"");
+    const std::vector<T> host = t.to_host();
+    Pending p{name, std::string(dtype_name<T>()), t.shape(), {}};
+    p.bytes.resize(host.size() * sizeof(T));
+    if (!host.empty()) std::memcpy(p.bytes.data(), host.data(), p.bytes.size());
+    entries_.push_back(std::move(p));
+  }
+  /// Free-form string metadata ("__metadata__").
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+  /// Writes header and data to `path` (temp + fsync + rename).
+  void write(const std::filesystem::path& path) const {
+    std::string header = "{";
+    std::uint64_t offset = 0;
+    bool first = true;
+    if (!metadata_.empty()) {
+      header += json_quote("__metadata__") + ":{";
+      bool first_meta = true;
+      for (const auto& [k, v] : metadata_) {
+        header += (first_meta ? "" : ",") + json_quote(k) + ":" + json_quote(v);
+        first_meta = false;
+      }
+      header += "}";
+      first = false;
+    }
+    for (const auto& e : entries_) {
+      header += (first ? "" : ",") + json_quote(e.name) + ":{\"dtype\":" + json_quote(e.dtype) + ",\"shape\":[";
+      for (int d = 0; d < e.shape.rank(); ++d) header += (d ? "," : "") + std::to_string(e.shape[d]);
+      header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.bytes.size()) + "]}";
+      offset += e.bytes.size();
+      first = false;
+    }
+    header += "}";
+    header.append((8 - header.size() % 8) % 8, ' ');  // data buffer starts 8-byte aligned
+    char size_bytes[8];
+    std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i, n >>= 8) size_bytes[i] = static_cast<char>(n & 0xFF);
+    std::vector<std::span<const char>> chunks{std::span<const char>(size_bytes, 8), std::span<const char>(header)};
+    for (const auto& e : entries_) chunks.emplace_back(e.bytes);
+    atomic_write(path, std::span<const std::span<const char>>(chunks));
+  }
+
+ private:
+  struct Pending {
+    std::string name, dtype;
+    Shape shape;
+    std::vector<char> bytes;
+  };
+  std::vector<Pending> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace megacpp::io
