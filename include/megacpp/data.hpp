@@ -3,3 +3,5 @@
 
 #include "megacpp/data/loader.hpp"
 #include "megacpp/data/shard.hpp"
+#include "megacpp/data/fim.hpp"
+#include "megacpp/data/tokenizer.hpp"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "megacpp/core/tensor.hpp"
+#include "megacpp/data/fim.hpp"
 #include "megacpp/data/shard.hpp"
 
 namespace megacpp::data {
@@ -91,7 +92,13 @@ class ShardLoader {
     position_ = p;
   }
 
-  /// This rank's rows for the next step; loss_mask is all ones (transforms may clear entries).
+  /// Derive loss_mask from FIM sentinels (data/fim.hpp): context targets of FIM examples get 0.
+  void enable_fim_mask(const SpecialTokens& tokens) {
+    fim_ = tokens;
+    fim_enabled_ = true;
+  }
+
+  /// This rank's rows for the next step; loss_mask is 1 except FIM context (when enabled).
   template <class T, Backend B>
   PackedBatch<T, B> next() {
     if (position_.token + tokens_per_step() > shards_[position_.shard]->size()) {
@@ -117,16 +124,36 @@ class ShardLoader {
         out.target_ids_host[b * seq_ + t] = tokens[b * seq_ + t + 1];
       }
     out.loss_mask_host.assign(out.input_ids_host.size(), T(1));
+    if (fim_enabled_) {
+      const index_t first = position_.token - (tokens_per_step() - 1) + static_cast<index_t>(rank_) * batch_ * seq_;
+      for (index_t b = 0; b < batch_; ++b) {
+        const std::size_t row = static_cast<std::size_t>(b * seq_);
+        fim_loss_mask(out.input_ids_host.data() + row, out.target_ids_host.data() + row, static_cast<std::size_t>(seq_),
+                      region_before(shard, first + b * seq_), fim_, out.loss_mask_host.data() + row);
+      }
+    }
     out.upload();
     return out;
   }
 
  private:
+  // The FIM region in force just before token `index` of `shard`: scan back to the nearest
+  // token that sets it (BOS, <PRE>, <MID>); a shard starts in plain text.
+  FimRegion region_before(const TokenShard& shard, index_t index) const {
+    for (index_t i = index - 1; i >= 0; --i) {
+      const auto t = static_cast<std::int32_t>(shard.token(i));
+      if (t == fim_.bos || t == fim_.fim_prefix || t == fim_.fim_middle) return fim_next_region(FimRegion::plain, t, fim_);
+    }
+    return FimRegion::plain;
+  }
+
   std::vector<std::unique_ptr<TokenShard>> shards_;
   index_t batch_, seq_;
   std::uint32_t vocab_;
   int rank_, world_;
   LoaderPosition position_;
+  SpecialTokens fim_;
+  bool fim_enabled_ = false;
 };
 
 }  // namespace megacpp::data
