@@ -1,0 +1,125 @@
+// megacpp/nn/linear_cross_entropy.hpp: fused LM head + softcap + cross-entropy.
+//
+//   z = h W^T (N, V),  zc = cap * tanh(z / cap) (Gemma 2 final-logit softcap, RECIPE.md: cap 30),
+//   loss = sum_r mask_r (logsumexp(zc_r) - zc_r[t_r]) / sum_r mask_r
+// computed over row chunks so the (N, V) logits never exist whole (RECIPE.md "Precision":
+// "never materialise [B*T, V] logits"). As in Liger-Kernel's fused linear cross-entropy
+// (Hsu et al. 2024, arXiv 2410.10989), the gradients are computed during the forward, while each
+// chunk's logits are at hand (3 GEMMs per chunk instead of 4 with a recompute):
+//   dzc = mask_r (softmax(zc_r) - onehot(t_r)) / count,  dz = dzc (1 - (zc / cap)^2),
+//   dh_chunk = dz W,  dW += dz^T h_chunk,
+// and the backward scales them by the upstream gradient. Peak extra memory: two (chunk, V)
+// buffers plus dh (N, d) and dW (V, d).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "megacpp/autograd/function.hpp"
+#include "megacpp/autograd/ops/cross_entropy.hpp"
+#include "megacpp/core/functors.hpp"
+
+namespace megacpp {
+
+/// Options of the fused head.
+struct LinearCrossEntropyOptions {
+  double softcap = 30.0;    ///< final-logit soft cap; 0 disables it
+  index_t chunk_rows = 1024;  ///< rows of logits materialised at a time
+};
+
+/// Mean cross-entropy of softcap(h W^T) against targets over tokens with loss_mask != 0.
+/// h (..., d), weight (V, d) (e.g. the tied embedding), targets (...), loss_mask (...) or undefined.
+template <class T, Backend B>
+Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, const Tensor<std::int32_t, B>& targets,
+                               const Tensor<T, B>& loss_mask = Tensor<T, B>(), LinearCrossEntropyOptions opt = {}) {
+  const char* op = "linear_cross_entropy";
+  check(weight.rank() == 2, op, "weight must be (vocab, d), got shape ", weight.shape());
+  const index_t vocab = weight.shape()[0], d = weight.shape()[1];
+  check(h.rank() >= 1 && h.shape()[-1] == d, op, "hidden ", h.shape(), " does not match weight ", weight.shape());
+  check(opt.chunk_rows > 0, op, "chunk_rows must be positive, got ", opt.chunk_rows);
+  check(opt.softcap >= 0, op, "softcap must be >= 0 (0 disables), got ", opt.softcap);
+  const index_t rows = h.numel() / d;
+  const Tensor<T, B>* mask = loss_mask.defined() ? &loss_mask : nullptr;
+  detail::check_cross_entropy_inputs(op, h.shape().prefix(h.rank() - 1).concat(Shape{vocab}), targets, mask);
+
+  T count = static_cast<T>(rows);
+  if (mask) {
+    Tensor<T, B> total(Shape{});
+    B::template reduce<T>(1, rows, 1, fn::Identity{}, T(1), T(0), total.data(), In<T>{mask->data()});
+    count = total.item();
+    check(count > T(0), op, "every token is masked (loss_mask sums to ", count, " over ", rows,
+          " tokens): the mean loss is undefined");
+  }
+
+  const bool want_grad = grad_enabled() && (h.requires_grad() || weight.requires_grad());
+  const index_t chunk = std::min(opt.chunk_rows, rows);
+  Tensor<T, B> logits(Shape{chunk, vocab});  // zc for the current chunk
+  Tensor<T, B> grad_logits = want_grad ? Tensor<T, B>(Shape{chunk, vocab}) : Tensor<T, B>();
+  Tensor<T, B> losses(Shape{rows}), lse(Shape{rows});
+  Tensor<T, B> dh = want_grad && h.requires_grad() ? Tensor<T, B>(Shape{rows, d}) : Tensor<T, B>();
+  Tensor<T, B> dw = want_grad && weight.requires_grad() ? Tensor<T, B>::zeros(Shape{vocab, d}) : Tensor<T, B>();
+  const T* H = h.value().data();
+  const T* W = weight.value().data();
+
+  for (index_t r0 = 0; r0 < rows; r0 += chunk) {
+    const index_t n = std::min(chunk, rows - r0);
+    // z = h_chunk W^T: (n, d) x (d, V)
+    GemmArgs g;
+    g.trans_b = true;
+    g.m = n;
+    g.n = vocab;
+    g.k = d;
+    g.lda = d;
+    g.ldb = d;
+    g.ldc = vocab;
+    B::template gemm<T>(g, T(1), H + r0 * d, W, T(0), logits.data());
+    if (opt.softcap > 0) B::template map<T>(1, n * vocab, fn::Softcap{opt.softcap}, logits.data(), In<T>{logits.data()});
+    const T* mask_chunk = mask ? mask->data() + r0 : nullptr;
+    B::template cross_entropy<T>(n, vocab, logits.data(), targets.data() + r0, mask_chunk, losses.data() + r0,
+                                 lse.data() + r0);
+    if (!want_grad) continue;
+    B::template fill<T>(grad_logits.data(), static_cast<std::size_t>(n * vocab), T(0));
+    B::template cross_entropy_backward<T>(n, vocab, logits.data(), lse.data() + r0, targets.data() + r0, mask_chunk,
+                                          T(1) / count, grad_logits.data());
+    if (opt.softcap > 0)  // dz = dzc * (1 - (zc / cap)^2)
+      B::template map<T>(1, n * vocab, fn::SoftcapGrad{opt.softcap}, grad_logits.data(), In<T>{grad_logits.data()},
+                         In<T>{logits.data()}, In<T>{logits.data()});
+    if (dh.defined()) {  // dh_chunk = dz W: (n, V) x (V, d)
+      GemmArgs gh;
+      gh.m = n;
+      gh.n = d;
+      gh.k = vocab;
+      gh.lda = vocab;
+      gh.ldb = d;
+      gh.ldc = d;
+      B::template gemm<T>(gh, T(1), grad_logits.data(), W, T(0), dh.data() + r0 * d);
+    }
+    if (dw.defined()) {  // dW += dz^T h_chunk: (V, n) x (n, d)
+      GemmArgs gw;
+      gw.trans_a = true;
+      gw.m = vocab;
+      gw.n = d;
+      gw.k = n;
+      gw.lda = vocab;
+      gw.ldb = d;
+      gw.ldc = d;
+      B::template gemm<T>(gw, T(1), grad_logits.data(), H + r0 * d, T(1), dw.data());
+    }
+  }
+  Tensor<T, B> loss(Shape{});
+  B::template reduce<T>(1, rows, 1, fn::Identity{}, T(1) / count, T(0), loss.data(), In<T>{losses.data()});
+  if (!want_grad) return Var<T, B>(std::move(loss));
+  return make_result(op, std::move(loss), [h, weight, dh, dw](const Tensor<T, B>& g) {
+    const double scale = static_cast<double>(g.item());
+    if (h.requires_grad()) {
+      T* gh = h.grad_buffer().data();
+      B::template map<T>(1, h.numel(), fn::AccumulateOf<fn::Scale>{fn::Scale{scale}}, gh, In<T>{gh}, In<T>{dh.data()});
+    }
+    if (weight.requires_grad()) {
+      T* gw = weight.grad_buffer().data();
+      B::template map<T>(1, weight.numel(), fn::AccumulateOf<fn::Scale>{fn::Scale{scale}}, gw, In<T>{gw}, In<T>{dw.data()});
+    }
+  }, h, weight);
+}
+
+}  // namespace megacpp

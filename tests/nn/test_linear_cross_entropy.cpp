@@ -1,0 +1,57 @@
+// Fused LM head + softcap + cross-entropy against the naive composed path.
+#include "support/op_testing.hpp"
+
+#include "megacpp/nn/linear_cross_entropy.hpp"
+
+using namespace megacpp;
+using namespace megacpp::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+V64 naive_head_loss(const V64& h, const V64& w, const CpuTensor<std::int32_t>& targets, const T64& mask, double cap) {
+  V64 z = matmul(h, w, false, true);
+  if (cap > 0) z = softcap(z, cap);
+  return cross_entropy(z, targets, mask);
+}
+}  // namespace
+
+TEST_CASE("linear_cross_entropy equals the naive path to 1e-12, with gradients, for any chunking", "[nn][loss]") {
+  const auto targets = CpuTensor<std::int32_t>::from_host({2, 5}, {0, 3, 6, 2, 2, 5, 1, 0, 4, 6});
+  const auto mask = T64::from_host({2, 5}, {1, 1, 0, 1, 1, 0, 1, 1, 1, 0});
+  for (double cap : {0.0, 30.0, 2.0})
+    for (index_t chunk : {1, 3, 64}) {
+      DYNAMIC_SECTION("cap " << cap << " chunk " << chunk) {
+        auto h = random_param({2, 5, 4}, 1, 2.0), w = random_param({7, 4}, 2, 2.0);
+        auto h2 = V64::parameter(h.value().clone()), w2 = V64::parameter(w.value().clone());
+        const LinearCrossEntropyOptions opt{cap, chunk};
+        const V64 fused = linear_cross_entropy(h, w, targets, mask, opt);
+        const V64 naive = naive_head_loss(h2, w2, targets, mask, cap);
+        CHECK(fused.item() == Approx(naive.item()).epsilon(1e-12));
+        backward(fused);
+        backward(naive);
+        const auto gh = h.grad().to_host(), gh2 = h2.grad().to_host(), gw = w.grad().to_host(), gw2 = w2.grad().to_host();
+        for (std::size_t i = 0; i < gh.size(); ++i) REQUIRE(gh[i] == Approx(gh2[i]).margin(1e-12));
+        for (std::size_t i = 0; i < gw.size(); ++i) REQUIRE(gw[i] == Approx(gw2[i]).margin(1e-12));
+        require_gradcheck("fused", [&](auto& in) { return linear_cross_entropy(in[0], in[1], targets, mask, opt); },
+                          {random_param({2, 5, 4}, 3), random_param({7, 4}, 4)});
+      }
+    }
+}
+
+TEST_CASE("linear_cross_entropy: upstream gradient scales, no_grad skips the gradient work, bad input", "[nn][loss]") {
+  const auto targets = CpuTensor<std::int32_t>::from_host({3}, {0, 1, 2});
+  auto h = random_param({3, 4}, 5), w = random_param({5, 4}, 6);
+  backward(scale(linear_cross_entropy(h, w, targets), 3.0));
+  const auto g3 = h.grad().to_host();
+  h.zero_grad();
+  backward(linear_cross_entropy(h, w, targets));
+  const auto g1 = h.grad().to_host();
+  for (std::size_t i = 0; i < g1.size(); ++i) CHECK(g3[i] == Approx(3 * g1[i]).epsilon(1e-14));
+  {
+    NoGrad no_grad;
+    CHECK_FALSE(linear_cross_entropy(h, w, targets).requires_grad());
+  }
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, targets, T64::zeros({3})), Contains("every token is masked"));
+  CHECK_THROWS_WITH(linear_cross_entropy(h, random_param({5, 3}, 7), targets), Contains("hidden (3, 4) does not match weight (5, 3)"));
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, CpuTensor<std::int32_t>::from_host({3}, {0, 9, 1})), Contains("target id 9 >= 5"));
+}
