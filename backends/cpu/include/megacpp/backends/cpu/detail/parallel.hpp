@@ -8,6 +8,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "megacpp/core/config.hpp"
 
 namespace megacpp::cpu {
@@ -27,6 +30,14 @@ void parallel_for(index_t n, index_t cost, Body&& body) {
   for (index_t i = 0; i < n; ++i) body(i);
 }
 
+// The contiguous chunk [begin, end) of [0, n) that thread t of `threads` takes. Boundaries fall
+// on multiples of `grain` (the last chunk ends at n), so a kernel working in blocks of `grain`
+// items gets whole blocks.
+inline std::pair<index_t, index_t> thread_chunk(index_t n, index_t t, index_t threads, index_t grain = 1) {
+  const index_t blocks = (n + grain - 1) / grain;
+  return {std::min(n, blocks * t / threads * grain), std::min(n, blocks * (t + 1) / threads * grain)};
+}
+
 // Runs body(begin, end) over contiguous chunks of [0, n), one chunk per thread.
 template <class Body>
 void parallel_chunks(index_t n, index_t cost, Body&& body) {
@@ -36,10 +47,7 @@ void parallel_chunks(index_t n, index_t cost, Body&& body) {
   }
 #pragma omp parallel
   {
-    const index_t threads = omp_get_num_threads();
-    const index_t t = omp_get_thread_num();
-    const index_t begin = n * t / threads;
-    const index_t end = n * (t + 1) / threads;
+    const auto [begin, end] = thread_chunk(n, omp_get_thread_num(), omp_get_num_threads());
     if (begin < end) body(begin, end);
   }
 }
