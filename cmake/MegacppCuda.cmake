@@ -13,6 +13,16 @@ if(NOT MEGACPP_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
     enable_language(CUDA)
+    # CMake before 3.25.2 does not list cuda_std_20 for nvcc (its Compiler/NVIDIA-CUDA.cmake
+    # stops at C++17; 3.25.2 added -std=c++20 for nvcc >= 12), and Debian 12 ships 3.25.1:
+    # declare the feature as newer CMake does, so megacpp::cuda can require it.
+    if(NOT "cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES AND CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA"
+       AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+      list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    endif()
     find_package(CUDAToolkit REQUIRED)
     set(MEGACPP_HAS_CUDA ON)
   elseif(MEGACPP_CUDA STREQUAL "ON")

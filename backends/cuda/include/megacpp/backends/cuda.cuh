@@ -1,0 +1,113 @@
+// megacpp/backends/cuda.cuh: the CUDA backend, cuBLAS GEMM + hand-written kernels.
+//
+// `Cuda` satisfies the `Backend` concept (megacpp/core/backend.hpp) with the same semantics as
+// `Cpu` (megacpp/backends/cpu.hpp and its detail/ headers are the reference for every kernel);
+// each member forwards to a kernel in megacpp/backends/cuda/detail/. Memory is device memory:
+// Tensor<T, Cuda>::data() is a device pointer, read on the host through to_host()/item().
+//
+// Every kernel, cuBLAS call and device-to-device copy runs on the default stream, so calls are
+// ordered exactly like the CPU backend's synchronous ones; copy_to_host and synchronize wait for
+// the device. Kernels are deterministic: no floating-point atomics, fixed reduction orders.
+// Errors from CUDA or cuBLAS throw megacpp::Error("cuda", ...) naming the call and file:line.
+//
+// Compile with nvcc (C++20). Functors are plain structs with MEGACPP_HD call operators, so
+// neither --extended-lambda nor --expt-relaxed-constexpr is required.
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "megacpp/backends/cuda.cuh needs nvcc: compile this translation unit as CUDA (a .cu file, or set_source_files_properties(... LANGUAGE CUDA))"
+#endif
+
+#define MEGACPP_CUDA_BACKEND_INTERNAL
+#include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/gemm.cuh"
+#include "megacpp/backends/cuda/detail/indexing.cuh"
+#include "megacpp/backends/cuda/detail/memory.cuh"
+#include "megacpp/backends/cuda/detail/reduce.cuh"
+#include "megacpp/backends/cuda/detail/rows.cuh"
+#undef MEGACPP_CUDA_BACKEND_INTERNAL
+
+#include "megacpp/core.hpp"
+
+namespace megacpp {
+
+struct Cuda {
+  static constexpr std::string_view name = "cuda";
+  static constexpr bool host_accessible = false;  // data() is a device pointer
+
+  // True when a CUDA device can be used; false (never an exception) without a driver or GPU.
+  static bool device_available() { return cuda::device_available(); }
+
+  // --- memory ---
+  template <class T> static T* allocate(std::size_t n) { return cuda::allocate<T>(n); }
+  template <class T> static void deallocate(T* p, std::size_t n) { cuda::deallocate<T>(p, n); }
+  template <class T> static void copy_from_host(T* dst, const T* src, std::size_t n) { cuda::copy_from_host<T>(dst, src, n); }
+  template <class T> static void copy_to_host(T* dst, const T* src, std::size_t n) { cuda::copy_to_host<T>(dst, src, n); }
+  template <class T> static void copy(T* dst, const T* src, std::size_t n) { cuda::copy<T>(dst, src, n); }
+  template <class T> static void fill(T* dst, std::size_t n, T value) { cuda::fill<T>(dst, n, value); }
+  template <class From, class To> static void convert(std::size_t n, const From* src, To* dst) { cuda::convert<From, To>(n, src, dst); }
+  static MemoryStats memory_stats() { return cuda::memory_stats(); }
+  static void reset_peak_memory() { cuda::reset_peak_memory(); }
+  static void synchronize() { cuda::synchronize(); }
+
+  // --- dense algebra ---
+  template <class T>
+  static void gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c) { cuda::gemm<T>(g, alpha, a, b, beta, c); }
+
+  // --- elementwise, reductions, layout ---
+  template <class T, class F, class... Ins>
+  static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cuda::map<T>(rows, cols, f, out, ins...); }
+  template <class T, class F, class... Ins>
+  static void reduce(index_t outer, index_t n, index_t inner, F f, T scale, T beta, T* out, Ins... ins) {
+    cuda::reduce<T>(outer, n, inner, f, scale, beta, out, ins...);
+  }
+  template <class T>
+  static void expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
+    cuda::expand<T>(outer, n, inner, scale, src, beta, dst);
+  }
+  template <class T>
+  static void copy_2d(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
+    cuda::copy_2d<T>(rows, cols, src, src_ld, beta, dst, dst_ld);
+  }
+  template <class T>
+  static void transpose(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta, T* dst) {
+    cuda::transpose<T>(outer, d0, mid, d1, inner, src, beta, dst);
+  }
+  static std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::int32_t* idx) { return cuda::minmax_index(n, idx); }
+
+  // --- fused row kernels ---
+  template <class T> static void softmax(index_t rows, index_t cols, const T* x, T* y) { cuda::softmax<T>(rows, cols, x, y); }
+  template <class T> static void softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T* gx) { cuda::softmax_backward<T>(rows, cols, y, gy, gx); }
+  template <class T> static void log_softmax(index_t rows, index_t cols, const T* x, T* y) { cuda::log_softmax<T>(rows, cols, x, y); }
+  template <class T> static void log_softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T* gx) { cuda::log_softmax_backward<T>(rows, cols, y, gy, gx); }
+  template <class T>
+  static void rmsnorm(index_t rows, index_t cols, const T* x, const T* gain, T eps, T* y, T* rstd) { cuda::rmsnorm<T>(rows, cols, x, gain, eps, y, rstd); }
+  template <class T>
+  static void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, const T* rstd, const T* gy, T* gx, T* ggain) {
+    cuda::rmsnorm_backward<T>(rows, cols, x, gain, rstd, gy, gx, ggain);
+  }
+  template <class T>
+  static void gather_rows(index_t n, index_t dim, const T* table, const std::int32_t* idx, T* out) { cuda::gather_rows<T>(n, dim, table, idx, out); }
+  template <class T>
+  static void scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t* idx, T* gtable) { cuda::scatter_add_rows<T>(n, dim, gout, idx, gtable); }
+  template <class T>
+  static void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq, int sign, const T* x, T beta, T* y) {
+    cuda::rope<T>(tokens, heads, dim, positions, inv_freq, sign, x, beta, y);
+  }
+  template <class T>
+  static void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int32_t* targets, const T* mask, T* losses, T* lse) {
+    cuda::cross_entropy<T>(rows, vocab, logits, targets, mask, losses, lse);
+  }
+  template <class T>
+  static void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets, const T* mask, T scale, T* glogits) {
+    cuda::cross_entropy_backward<T>(rows, vocab, logits, lse, targets, mask, scale, glogits);
+  }
+};
+
+static_assert(Backend<Cuda>, "megacpp_cuda_backend_must_satisfy_Backend: see megacpp/core/backend.hpp");
+
+template <class T>
+using CudaTensor = Tensor<T, Cuda>;
+
+}  // namespace megacpp

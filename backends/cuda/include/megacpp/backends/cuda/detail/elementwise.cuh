@@ -1,0 +1,199 @@
+// CUDA backend: functor-driven elementwise maps, broadcasts, strided copies, layout changes,
+// element-type conversion, fill and the index range check. Semantics: cpu/detail/elementwise.hpp.
+//
+// Every kernel is a grid-stride loop computing each output element on exactly one thread, so
+// results do not depend on the launch geometry.
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include <cstdint>
+#include <utility>
+
+#include "megacpp/backends/cuda/detail/block_reduce.cuh"
+#include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/core/backend.hpp"
+#include "megacpp/core/dtypes.hpp"
+
+namespace megacpp::cuda {
+
+template <class T>
+__device__ inline T operand_at(const In<T>& in, index_t flat, index_t col) {
+  return in.broadcast ? in.data[col] : in.data[flat];
+}
+
+// out[r, c] = f(ins[r, c]...); broadcast operands read ins[c]. Each element is read and written
+// by one thread, so `out` may alias a full operand (the accumulate-into-gradient pattern).
+template <class T, class F, class... Ins>
+__global__ void map_kernel(index_t total, index_t cols, bool any_broadcast, F f, T* out, Ins... ins) {
+  for (index_t i = global_thread(); i < total; i += grid_stride()) {
+    const index_t col = any_broadcast ? i % cols : 0;  // 64-bit modulo only when needed
+    out[i] = f(operand_at(ins, i, col)...);
+  }
+}
+
+template <class T, class F, class... Ins>
+void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
+  const index_t total = rows * cols;
+  if (total == 0) return;
+  map_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(total, cols, (ins.broadcast || ... || false), f, out, ins...);
+  MEGACPP_CUDA_CHECK_LAUNCH(map_kernel);
+}
+
+// dst[o, j, i] = beta * dst[o, j, i] + scale * src[o, i]  (the backward of a sum over j).
+template <class T>
+__global__ void expand_kernel(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
+  const index_t total = outer * n * inner;
+  for (index_t idx = global_thread(); idx < total; idx += grid_stride()) {
+    const T s = scale * src[(idx / (n * inner)) * inner + idx % inner];
+    dst[idx] = beta == T(0) ? s : beta * dst[idx] + s;
+  }
+}
+
+template <class T>
+void expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
+  const index_t total = outer * n * inner;
+  if (total == 0) return;
+  expand_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(outer, n, inner, scale, src, beta, dst);
+  MEGACPP_CUDA_CHECK_LAUNCH(expand_kernel);
+}
+
+// dst[r, :cols] = beta * dst[r, :cols] + src[r, :cols] with row strides (slice, concat).
+template <class T>
+__global__ void copy_2d_kernel(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
+  const index_t total = rows * cols;
+  for (index_t idx = global_thread(); idx < total; idx += grid_stride()) {
+    const index_t r = idx / cols, c = idx % cols;
+    T& d = dst[r * dst_ld + c];
+    d = beta == T(0) ? src[r * src_ld + c] : beta * d + src[r * src_ld + c];
+  }
+}
+
+template <class T>
+void copy_2d(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
+  if (rows == 0 || cols == 0) return;
+  if (beta == T(0)) {
+    // Plain copies go to the copy engine: one contiguous block, or a pitched 2D copy while the
+    // pitches stay below cudaMemcpy2D's limit (the device's memPitch, 2^31 - 1 bytes).
+    const auto bytes = [](index_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
+    if (rows == 1 || (src_ld == cols && dst_ld == cols)) {
+      MEGACPP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes(rows * cols), cudaMemcpyDeviceToDevice, kStream));
+      return;
+    }
+    constexpr std::size_t kMaxPitch = (std::size_t{1} << 31) - 1;
+    if (bytes(src_ld) <= kMaxPitch && bytes(dst_ld) <= kMaxPitch) {
+      MEGACPP_CUDA_CHECK(cudaMemcpy2DAsync(dst, bytes(dst_ld), src, bytes(src_ld), bytes(cols), static_cast<std::size_t>(rows),
+                                           cudaMemcpyDeviceToDevice, kStream));
+      return;
+    }
+  }
+  copy_2d_kernel<T><<<grid_for(rows * cols), kThreads, 0, kStream>>>(rows, cols, src, src_ld, beta, dst, dst_ld);
+  MEGACPP_CUDA_CHECK_LAUNCH(copy_2d_kernel);
+}
+
+// Swaps two axes: src (outer, d0, mid, d1, inner) -> dst (outer, d1, mid, d0, inner),
+// dst = beta * dst + permuted src. One thread per destination element (coalesced writes,
+// strided reads); a shared-memory tiled transpose would also coalesce the reads, but the
+// layer code transposes rarely (matmul takes transpose flags instead).
+template <class T>
+__global__ void transpose_kernel(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta,
+                                 T* dst) {
+  const index_t total = outer * d1 * mid * d0 * inner;
+  for (index_t idx = global_thread(); idx < total; idx += grid_stride()) {
+    index_t rest = idx;
+    const index_t i = rest % inner;
+    rest /= inner;
+    const index_t a = rest % d0;
+    rest /= d0;
+    const index_t m = rest % mid;
+    rest /= mid;
+    const index_t b = rest % d1;
+    const index_t o = rest / d1;
+    const T s = src[(((o * d0 + a) * mid + m) * d1 + b) * inner + i];
+    dst[idx] = beta == T(0) ? s : beta * dst[idx] + s;
+  }
+}
+
+template <class T>
+void transpose(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta, T* dst) {
+  const index_t total = outer * d0 * mid * d1 * inner;
+  if (total == 0) return;
+  transpose_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(outer, d0, mid, d1, inner, src, beta, dst);
+  MEGACPP_CUDA_CHECK_LAUNCH(transpose_kernel);
+}
+
+// Element-type conversion with the host's exact rounding (convert_element is MEGACPP_HD).
+template <class From, class To>
+__global__ void convert_kernel(index_t n, const From* src, To* dst) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) dst[i] = convert_element<To>(src[i]);
+}
+
+template <class From, class To>
+void convert(std::size_t n, const From* src, To* dst) {
+  if (n == 0) return;
+  const auto count = static_cast<index_t>(n);
+  convert_kernel<From, To><<<grid_for(count), kThreads, 0, kStream>>>(count, src, dst);
+  MEGACPP_CUDA_CHECK_LAUNCH(convert_kernel);
+}
+
+template <class T>
+__global__ void fill_kernel(index_t n, T value, T* dst) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) dst[i] = value;
+}
+
+template <class T>
+void fill(T* dst, std::size_t n, T value) {
+  if (n == 0) return;
+  const auto count = static_cast<index_t>(n);
+  fill_kernel<T><<<grid_for(count), kThreads, 0, kStream>>>(count, value, dst);
+  MEGACPP_CUDA_CHECK_LAUNCH(fill_kernel);
+}
+
+// Smallest and largest index (for the ops' range checks). Integer min/max are exact and
+// order-independent, so atomics across blocks are deterministic here.
+template <class I>
+__global__ void minmax_index_kernel(index_t n, const I* idx, I* result) {
+  I lo = ::cuda::std::numeric_limits<I>::max();
+  I hi = ::cuda::std::numeric_limits<I>::min();
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    lo = min(lo, idx[i]);
+    hi = max(hi, idx[i]);
+  }
+  lo = block_reduce(lo, MinOp{}, ::cuda::std::numeric_limits<I>::max());
+  hi = block_reduce(hi, MaxOp{}, ::cuda::std::numeric_limits<I>::min());
+  if (threadIdx.x == 0) {
+    atomicMin(result, lo);
+    atomicMax(result + 1, hi);
+  }
+}
+
+// A two-int device buffer per host thread for minmax_index's result, allocated once (a
+// cudaMalloc per embedding call would synchronize the device each time).
+class MinmaxScratch {
+ public:
+  MinmaxScratch() = default;
+  MinmaxScratch(const MinmaxScratch&) = delete;
+  MinmaxScratch& operator=(const MinmaxScratch&) = delete;
+  ~MinmaxScratch() { if (data_) cudaFree(data_); }  // status ignored: may run at process exit
+  std::int32_t* get() {
+    if (!data_) MEGACPP_CUDA_CHECK(cudaMalloc(&data_, 2 * sizeof(std::int32_t)));
+    return data_;
+  }
+
+ private:
+  std::int32_t* data_ = nullptr;
+};
+
+inline std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::int32_t* idx) {
+  std::int32_t host[2] = {::cuda::std::numeric_limits<std::int32_t>::max(),
+                          ::cuda::std::numeric_limits<std::int32_t>::min()};
+  if (n == 0) return {host[0], host[1]};
+  thread_local MinmaxScratch scratch;
+  std::int32_t* result = scratch.get();
+  MEGACPP_CUDA_CHECK(cudaMemcpyAsync(result, host, sizeof(host), cudaMemcpyHostToDevice, kStream));
+  minmax_index_kernel<std::int32_t><<<grid_for(n), kThreads, 0, kStream>>>(n, idx, result);
+  MEGACPP_CUDA_CHECK_LAUNCH(minmax_index_kernel);
+  MEGACPP_CUDA_CHECK(cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
+  return {host[0], host[1]};
+}
+
+}  // namespace megacpp::cuda

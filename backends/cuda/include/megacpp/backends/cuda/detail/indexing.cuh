@@ -1,0 +1,146 @@
+// CUDA backend: index-driven kernels (embedding gather/scatter, RoPE, cross-entropy).
+// Semantics and formulas: cpu/detail/indexing.hpp. Indices are validated by the calling op
+// (megacpp::Error at the API boundary); the kernels assume them in range.
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+#include "megacpp/backends/cuda/detail/block_reduce.cuh"
+#include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/rows.cuh"
+#include "megacpp/core/config.hpp"
+
+namespace megacpp::cuda {
+
+// out[r, :] = table[idx[r], :]
+template <class T>
+__global__ void gather_rows_kernel(index_t n, index_t dim, const T* table, const std::int32_t* idx, T* out) {
+  for (index_t i = global_thread(); i < n * dim; i += grid_stride())
+    out[i] = table[static_cast<index_t>(idx[i / dim]) * dim + i % dim];
+}
+
+template <class T>
+void gather_rows(index_t n, index_t dim, const T* table, const std::int32_t* idx, T* out) {
+  if (n == 0 || dim == 0) return;
+  gather_rows_kernel<T><<<grid_for(n * dim), kThreads, 0, kStream>>>(n, dim, table, idx, out);
+  MEGACPP_CUDA_CHECK_LAUNCH(gather_rows_kernel);
+}
+
+// gtable[idx[r], :] += gout[r, :]. Each thread owns one column and walks the indices in order,
+// exactly as the CPU does: repeated indices accumulate in row order, with no floating-point
+// atomics, so the result is deterministic and bitwise equal to the CPU's. Parallelism is the
+// embedding width (768+ columns in a real model); a stable sort of the indices would add
+// parallelism over distinct rows if this ever shows up in a profile.
+template <class T>
+__global__ void scatter_add_rows_kernel(index_t n, index_t dim, const T* gout, const std::int32_t* idx, T* gtable) {
+  for (index_t c = global_thread(); c < dim; c += grid_stride()) {
+    for (index_t r = 0; r < n; ++r) gtable[static_cast<index_t>(idx[r]) * dim + c] += gout[r * dim + c];
+  }
+}
+
+template <class T>
+void scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t* idx, T* gtable) {
+  if (n == 0 || dim == 0) return;
+  constexpr int kColumnThreads = 64;  // small blocks: dim / 64 blocks spread over more SMs
+  scatter_add_rows_kernel<T><<<grid_for(dim, kColumnThreads), kColumnThreads, 0, kStream>>>(n, dim, gout, idx, gtable);
+  MEGACPP_CUDA_CHECK_LAUNCH(scatter_add_rows_kernel);
+}
+
+// Rotary embedding, rotate-half layout (GPT-NeoX / Llama; Su et al., RoFormer 2021):
+//   y[i]         = x[i] cos - x[i + dim/2] sin
+//   y[i + dim/2] = x[i + dim/2] cos + x[i] sin,     angle_i = pos * inv_freq_i
+// sign = -1 rotates by -angle (the backward). y = beta * y + rotated x. Angles are formed and
+// their sine and cosine taken in double (pos * inv_freq reaches 6e4 rad at 64K context), then
+// rounded to T, as on the CPU. One thread per (token, i) pair computes them once for all heads.
+template <class T>
+__global__ void rope_kernel(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq,
+                            int sign, const T* x, T beta, T* y) {
+  const index_t half = dim / 2;
+  for (index_t idx = global_thread(); idx < tokens * half; idx += grid_stride()) {
+    const index_t t = idx / half, i = idx % half;
+    const double angle = static_cast<double>(positions[t]) * static_cast<double>(inv_freq[i]);
+    const T cos_a = static_cast<T>(::cos(angle));
+    const T sin_a = static_cast<T>(sign * ::sin(angle));
+    for (index_t h = 0; h < heads; ++h) {
+      const T* xr = x + (t * heads + h) * dim;
+      T* yr = y + (t * heads + h) * dim;
+      const T x1 = xr[i], x2 = xr[i + half];
+      const T y1 = x1 * cos_a - x2 * sin_a;
+      const T y2 = x2 * cos_a + x1 * sin_a;
+      yr[i] = beta == T(0) ? y1 : beta * yr[i] + y1;
+      yr[i + half] = beta == T(0) ? y2 : beta * yr[i + half] + y2;
+    }
+  }
+}
+
+template <class T>
+void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq, int sign,
+          const T* x, T beta, T* y) {
+  const index_t pairs = tokens * (dim / 2);
+  if (pairs == 0 || heads == 0) return;
+  rope_kernel<T><<<grid_for(pairs), kThreads, 0, kStream>>>(tokens, heads, dim, positions, inv_freq, sign, x, beta, y);
+  MEGACPP_CUDA_CHECK_LAUNCH(rope_kernel);
+}
+
+// Per-row cross-entropy, one block per row: lse[r] = logsumexp(logits[r, :]);
+// losses[r] = mask[r] * (lse[r] - logits[r, targets[r]]). `mask` may be null (all ones).
+template <class T>
+__global__ void cross_entropy_kernel(index_t rows, index_t vocab, const T* logits, const std::int32_t* targets,
+                                     const T* mask, T* losses, T* lse) {
+  using std::exp, std::log;
+  for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* z = logits + r * vocab;
+    const T m = row_max(z, vocab);
+    T sum = 0;
+    for (index_t v = threadIdx.x; v < vocab; v += blockDim.x) sum += exp(z[v] - m);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) {
+      const T row_lse = m + log(sum);
+      lse[r] = row_lse;
+      const T w = mask ? mask[r] : T(1);
+      losses[r] = w == T(0) ? T(0) : w * (row_lse - z[targets[r]]);
+    }
+  }
+}
+
+// glogits[r, v] += scale * mask[r] * (softmax(logits[r])_v - [v == targets[r]]). The thread
+// that owns the target column subtracts right after adding, the CPU's order of operations.
+template <class T>
+__global__ void cross_entropy_backward_kernel(index_t rows, index_t vocab, const T* logits, const T* lse,
+                                              const std::int32_t* targets, const T* mask, T scale, T* glogits) {
+  using std::exp;
+  for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T w = scale * (mask ? mask[r] : T(1));
+    if (w == T(0)) continue;  // uniform across the block
+    const T* z = logits + r * vocab;
+    T* g = glogits + r * vocab;
+    const T row_lse = lse[r];
+    const index_t target = targets[r];
+    for (index_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+      T gv = g[v] + w * exp(z[v] - row_lse);
+      if (v == target) gv -= w;
+      g[v] = gv;
+    }
+  }
+}
+
+template <class T>
+void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int32_t* targets, const T* mask, T* losses,
+                   T* lse) {
+  if (rows == 0) return;
+  cross_entropy_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, logits, targets, mask, losses, lse);
+  MEGACPP_CUDA_CHECK_LAUNCH(cross_entropy_kernel);
+}
+
+template <class T>
+void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets,
+                            const T* mask, T scale, T* glogits) {
+  if (rows == 0) return;
+  cross_entropy_backward_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, logits, lse, targets,
+                                                                                   mask, scale, glogits);
+  MEGACPP_CUDA_CHECK_LAUNCH(cross_entropy_backward_kernel);
+}
+
+}  // namespace megacpp::cuda

@@ -1,0 +1,265 @@
+// tests/cuda/backend_cases.hpp: every layers-independent op (forward and backward) and the
+// kernels the ops do not reach on their own, written once against any Backend.
+//
+// The same cases are instantiated for Cpu (cpu_reference.cpp, compiled by the host compiler)
+// and for Cuda (test_cuda_backend.cu, compiled by nvcc); the CUDA test compares the two
+// (ggml's test-backend-ops idea: backend against backend). Inputs are drawn on the host from a
+// seeded Rng, so both backends see bitwise the same data. A case returns its outputs as
+// doubles: the forward value, then the gradient of each input (for a random upstream gradient).
+// This header includes no backend, so nvcc never sees Eigen.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "megacpp/autograd.hpp"
+
+namespace megacpp::backend_test {
+
+using Outputs = std::vector<std::vector<double>>;
+
+template <class T, Backend B>
+class Harness {
+ public:
+  using Tens = Tensor<T, B>;
+  using V = Var<T, B>;
+
+  explicit Harness(std::uint64_t seed) : rng_(seed) {}
+
+  Tens uniform(Shape s, double lo = -1.0, double hi = 1.0) { return rand_uniform<T, B>(s, rng_, lo, hi); }
+  V param(Shape s, double lo = -1.0, double hi = 1.0) { return V::parameter(uniform(s, lo, hi)); }
+  Tens filled(Shape s, T value) { return Tens::full(s, value); }
+  Tensor<std::int32_t, B> ids(Shape s, std::int32_t limit) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(s.numel()));
+    for (auto& x : v) x = static_cast<std::int32_t>(rng_.below(static_cast<std::uint64_t>(limit)));
+    return Tensor<std::int32_t, B>::from_host(s, v);
+  }
+
+  // Backpropagates a random upstream gradient from y; returns y, then each input's gradient
+  // (zeros for inputs that received none).
+  Outputs finish(V y, std::initializer_list<V> inputs) {
+    const Tens gy = uniform(y.shape());
+    backward(y, gy);
+    Outputs out{doubles(y.value())};
+    for (const V& x : inputs)
+      out.push_back(x.grad().defined() ? doubles(x.grad()) : std::vector<double>(static_cast<std::size_t>(x.numel()), 0.0));
+    return out;
+  }
+  // Outputs of kernel-level cases: the buffers the kernels wrote.
+  static Outputs values(std::initializer_list<Tens> tensors) {
+    Outputs out;
+    for (const Tens& t : tensors) out.push_back(doubles(t));
+    return out;
+  }
+  template <class U>
+  static std::vector<double> doubles(const Tensor<U, B>& t) {
+    std::vector<double> out;
+    for (const U& x : t.to_host()) out.push_back(static_cast<double>(x));
+    return out;
+  }
+
+ private:
+  Rng rng_;
+};
+
+template <class T, Backend B>
+struct Case {
+  const char* name;
+  Outputs (*run)(Harness<T, B>&);
+  bool exact = false;  // same operation order on both backends: results must be bitwise equal
+};
+
+// The op cases. Shapes are small (the CPU runs them in the same test) but large enough that the
+// CUDA row and reduction kernels use several warps, several blocks and their tails.
+template <class T, Backend B>
+std::vector<Case<T, B>> op_cases() {
+  using H = Harness<T, B>;
+  using V = Var<T, B>;
+  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  return {
+      {"matmul (3,4,5) x (5,6), batch folded into rows",
+       [](H& h) { V a = h.param({3, 4, 5}), b = h.param({5, 6}); return h.finish(matmul(a, b), {a, b}); }},
+      {"matmul (2,5,4)^T x shared (5,6)",
+       [](H& h) { V a = h.param({2, 5, 4}), b = h.param({5, 6}); return h.finish(matmul(a, b, true, false), {a, b}); }},
+      {"matmul batched (2,3,4,5) x (2,3,6,5)^T",
+       [](H& h) { V a = h.param({2, 3, 4, 5}), b = h.param({2, 3, 6, 5}); return h.finish(matmul(a, b, false, true), {a, b}); }},
+      {"matmul shared (5,4)^T x batched (3,6,5)^T",
+       [](H& h) { V a = h.param({5, 4}), b = h.param({3, 6, 5}); return h.finish(matmul(a, b, true, true), {a, b}); }},
+      {"add (4,3,5) + broadcast (5)",
+       [](H& h) { V a = h.param({4, 3, 5}), b = h.param({5}); return h.finish(add(a, b), {a, b}); }},
+      {"sub broadcast (3,5) - (4,3,5)",
+       [](H& h) { V a = h.param({3, 5}), b = h.param({4, 3, 5}); return h.finish(sub(a, b), {a, b}); }},
+      {"mul (4,6) * one element (1)",
+       [](H& h) { V a = h.param({4, 6}), b = h.param({1}); return h.finish(mul(a, b), {a, b}); }},
+      {"div (4,6) / (4,6)",
+       [](H& h) { V a = h.param({4, 6}), b = h.param({4, 6}, 0.5, 2.0); return h.finish(div(a, b), {a, b}); }},
+      {"div broadcast (6) / (4,6)",
+       [](H& h) { V a = h.param({6}), b = h.param({4, 6}, 0.5, 2.0); return h.finish(div(a, b), {a, b}); }},
+      {"scale, add_scalar, negate",
+       [](H& h) { V x = h.param({3, 7}); return h.finish(-add_scalar(scale(x, 2.5), 0.75), {x}); }},
+      {"sum axis 1", [](H& h) { V x = h.param({3, 4, 5}); return h.finish(sum(x, 1), {x}); }},
+      {"mean axis -1 keepdim", [](H& h) { V x = h.param({3, 4, 5}); return h.finish(mean(x, -1, true), {x}); }},
+      {"sum of everything", [](H& h) { V x = h.param({3, 4, 5}); return h.finish(sum(x), {x}); }},
+      {"mean of everything", [](H& h) { V x = h.param({7, 300}); return h.finish(mean(x), {x}); }},
+      {"sum long rows (2,1000) axis -1", [](H& h) { V x = h.param({2, 1000}); return h.finish(sum(x, -1), {x}); }},
+      {"mean long columns (300,70) axis 0", [](H& h) { V x = h.param({300, 70}); return h.finish(mean(x, 0), {x}); }},
+      {"exp", [](H& h) { V x = h.param({5, 9}, -3, 3); return h.finish(exp(x), {x}); }},
+      {"log", [](H& h) { V x = h.param({5, 9}, 0.5, 3); return h.finish(log(x), {x}); }},
+      {"tanh", [](H& h) { V x = h.param({5, 9}, -3, 3); return h.finish(tanh(x), {x}); }},
+      {"sigmoid", [](H& h) { V x = h.param({5, 9}, -3, 3); return h.finish(sigmoid(x), {x}); }},
+      {"relu", [](H& h) { V x = h.param({5, 9}, -3, 3); return h.finish(relu(x), {x}); }},
+      {"relu2", [](H& h) { V x = h.param({5, 9}, -3, 3); return h.finish(relu2(x), {x}); }},
+      {"silu", [](H& h) { V x = h.param({5, 9}, -3, 3); return h.finish(silu(x), {x}); }},
+      {"softcap 2", [](H& h) { V x = h.param({5, 9}, -5, 5); return h.finish(softcap(x, 2.0), {x}); }},
+      {"softmax (4,7) with a fully masked (-inf) row",
+       [](H& h) {
+         std::vector<T> v = h.uniform({4, 7}, -3, 3).to_host();
+         for (int c = 0; c < 7; ++c) v[2 * 7 + c] = -std::numeric_limits<T>::infinity();
+         V x = V::parameter(Tensor<T, B>::from_host(Shape{4, 7}, v));
+         return h.finish(softmax(x), {x});
+       }},
+      {"softmax wide (3,1000)", [](H& h) { V x = h.param({3, 1000}, -4, 4); return h.finish(softmax(x), {x}); }},
+      {"log_softmax (4,300)", [](H& h) { V x = h.param({4, 300}, -4, 4); return h.finish(log_softmax(x), {x}); }},
+      {"rmsnorm (3,4,64) with gain",
+       [](H& h) { V x = h.param({3, 4, 64}), g = h.param({64}, 0.5, 1.5); return h.finish(rmsnorm(x, g, 1e-5), {x, g}); }},
+      {"rmsnorm (5,300) without gain", [](H& h) { V x = h.param({5, 300}); return h.finish(rmsnorm(x), {x}); }},
+      {"rmsnorm with a constant gain (no gain gradient)",
+       [](H& h) { V x = h.param({6, 40}); V g(h.uniform({40}, 0.5, 1.5)); return h.finish(rmsnorm(x, g), {x, g}); }},
+      {"embedding (10,8), ids (3,5)",
+       [](H& h) { V t = h.param({10, 8}); return h.finish(embedding(t, h.ids({3, 5}, 10)), {t}); }},
+      {"embedding (7,200), 50 ids with repeats",
+       [](H& h) { V t = h.param({7, 200}); return h.finish(embedding(t, h.ids({50}, 7)), {t}); }},
+      {"rope (2,3,4,8) up to position 60000",
+       [](H& h) {
+         V x = h.param({2, 3, 4, 8});
+         const auto pos = Tensor<std::int32_t, B>::from_host(Shape{2, 3}, {0, 1, 2, 5, 1000, 60000});
+         return h.finish(rope(x, pos, 10000.0), {x});
+       }},
+      {"reshape then transpose axes 0,2",
+       [](H& h) { V x = h.param({2, 3, 4, 5}); return h.finish(transpose(reshape(x, {6, 4, -1}), 0, 2), {x}); }},
+      {"transpose axes 1,3 of (2,3,4,5)",
+       [](H& h) { V x = h.param({2, 3, 4, 5}); return h.finish(transpose(x, 1, 3), {x}); }},
+      {"slice axis 1 [1,3) of (2,4,5)", [](H& h) { V x = h.param({2, 4, 5}); return h.finish(slice(x, 1, 1, 3), {x}); }},
+      {"concat axis 1, middle input constant",
+       [](H& h) {
+         V a = h.param({2, 1, 3}), b(h.uniform({2, 3, 3})), c = h.param({2, 2, 3});
+         return h.finish(concat(std::vector<V>{a, b, c}, 1), {a, b, c});
+       }},
+      {"cast round trip through the other float type",
+       [](H& h) { V x = h.param({4, 5}); return h.finish(cast<T>(scale(cast<Other>(x), 1.5)), {x}); }},
+      {"cross_entropy mean (2,3,50)",
+       [](H& h) { V z = h.param({2, 3, 50}, -3, 3); return h.finish(cross_entropy(z, h.ids({2, 3}, 50)), {z}); }},
+      {"cross_entropy mean with loss mask",
+       [](H& h) {
+         V z = h.param({6, 40}, -3, 3);
+         const auto mask = Tensor<T, B>::from_host(Shape{6}, {T(1), T(0), T(1), T(1), T(0), T(1)});
+         return h.finish(cross_entropy(z, h.ids({6}, 40), mask), {z});
+       }},
+      {"cross_entropy_per_token (4,2000) with loss mask",
+       [](H& h) {
+         V z = h.param({4, 2000}, -3, 3);
+         const auto mask = Tensor<T, B>::from_host(Shape{4}, {T(1), T(0), T(0.5), T(1)});
+         return h.finish(cross_entropy_per_token(z, h.ids({4}, 2000), mask), {z});
+       }},
+      {"chain: rmsnorm, matmul, relu2, matmul, softcap, cross_entropy + mean(x*x)",
+       [](H& h) {
+         V x = h.param({4, 16}), g = h.param({16}, 0.5, 1.5), w1 = h.param({16, 32}), w2 = h.param({32, 10});
+         const V logits = softcap(matmul(relu2(matmul(rmsnorm(x, g), w1)), w2), 30.0);
+         return h.finish(add(cross_entropy(logits, h.ids({4}, 10)), mean(mul(x, x))), {x, g, w1, w2});
+       }},
+  };
+}
+
+// Kernel-level cases: arguments the ops never pass (padded leading dimensions, alpha, beta
+// other than 0 and 1, broadcast operands of reduce, NaN in an overwritten output).
+template <class T, Backend B>
+std::vector<Case<T, B>> kernel_cases() {
+  using H = Harness<T, B>;
+  using Tens = Tensor<T, B>;
+  return {
+      {"gemm: padded ld, shared B^T (stride 0), alpha 0.5, beta 0.5; A^T with beta 0 over NaN; k = 0",
+       [](H& h) {
+         const index_t batch = 3, m = 4, n = 6, k = 5, lda = 7, ldb = 8, ldc = 9;
+         Tens a = h.uniform({batch, m, lda}), b = h.uniform({n, ldb}), c = h.uniform({batch, m, ldc});
+         const GemmArgs g1{.trans_a = false, .trans_b = true, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                           .stride_a = m * lda, .stride_b = 0, .stride_c = m * ldc, .batch = batch};
+         B::template gemm<T>(g1, T(0.5), a.data(), b.data(), T(0.5), c.data());
+         // A stored (k, m) per batch entry, B (k, n): op(A) = A^T.
+         Tens at = h.uniform({batch, k, lda}), b2 = h.uniform({k, ldb});
+         Tens c2 = h.filled({batch, m, ldc}, std::numeric_limits<T>::quiet_NaN());
+         const GemmArgs g2{.trans_a = true, .trans_b = false, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+                           .stride_a = k * lda, .stride_b = 0, .stride_c = m * ldc, .batch = batch};
+         B::template gemm<T>(g2, T(1), at.data(), b2.data(), T(0), c2.data());
+         // Empty inner dimension: C = beta * C (beta 0 writes zeros over NaN).
+         Tens c3 = h.filled({m, ldc}, std::numeric_limits<T>::quiet_NaN());
+         const GemmArgs g3{.m = m, .n = n, .k = 0, .lda = 1, .ldb = ldb, .ldc = ldc, .batch = 1};
+         B::template gemm<T>(g3, T(1), a.data(), b.data(), T(0), c3.data());
+         return H::values({c, c2, c3});
+       }},
+      {"reduce: broadcast operand, scale 0.25, beta 1; contiguous rows; beta 0.5",
+       [](H& h) {
+         Tens x = h.uniform({3, 5, 7}), w = h.uniform({7}), out = h.uniform({3, 7});
+         B::template reduce<T>(3, 5, 7, fn::Mul{}, T(0.25), T(1), out.data(), In<T>{x.data()}, In<T>{w.data(), true});
+         Tens x2 = h.uniform({4, 1000}), out2 = h.filled({4}, std::numeric_limits<T>::quiet_NaN());
+         B::template reduce<T>(4, 1000, 1, fn::Square{}, T(1), T(0), out2.data(), In<T>{x2.data()});
+         Tens x3 = h.uniform({2, 300, 40}), out3 = h.uniform({2, 40});
+         B::template reduce<T>(2, 300, 40, fn::Identity{}, T(1) / T(300), T(0.5), out3.data(), In<T>{x3.data()});
+         return H::values({out, out2, out3});
+       }},
+      {"map: 3 and 4 operands with broadcast, output aliasing an operand",
+       [](H& h) {
+         Tens out = h.uniform({5, 6}), a = h.uniform({5, 6}), bias = h.uniform({6});
+         B::template map<T>(5, 6, fn::AccumulateOf<fn::Mul>{}, out.data(), In<T>{out.data()}, In<T>{a.data()},
+                            In<T>{bias.data(), true});
+         Tens out2 = h.uniform({5, 6}), g = h.uniform({5, 6}), den = h.uniform({6}, 0.5, 2.0);
+         B::template map<T>(5, 6, fn::AccumulateOf<fn::DivRhsGrad>{}, out2.data(), In<T>{out2.data()}, In<T>{g.data()},
+                            In<T>{a.data()}, In<T>{den.data(), true});
+         return H::values({out, out2});
+       }},
+      {"expand, copy_2d and transpose with beta 0 and 1",
+       [](H& h) {
+         Tens src = h.uniform({2, 4}), dst = h.uniform({2, 3, 4});
+         B::template expand<T>(2, 3, 4, T(2), src.data(), T(1), dst.data());
+         Tens rows = h.uniform({3, 7}), packed = h.uniform({3, 5}), fresh = h.uniform({3, 5});
+         B::template copy_2d<T>(3, 4, rows.data() + 1, 7, T(1), packed.data(), 5);
+         B::template copy_2d<T>(3, 4, rows.data() + 2, 7, T(0), fresh.data() + 1, 5);
+         Tens x = h.uniform({2, 3, 2, 4, 3}), acc = h.uniform({2, 4, 2, 3, 3}), over = h.uniform({2, 4, 2, 3, 3});
+         B::template transpose<T>(2, 3, 2, 4, 3, x.data(), T(1), acc.data());
+         B::template transpose<T>(2, 3, 2, 4, 3, x.data(), T(0), over.data());
+         return H::values({dst, packed, fresh, acc, over});
+       }},
+      {"scatter_add_rows: 300 rows into 5 (deterministic order)",
+       [](H& h) {
+         Tens gout = h.uniform({300, 70}), gtable = h.uniform({5, 70});
+         const auto idx = h.ids({300}, 5);
+         B::template scatter_add_rows<T>(300, 70, gout.data(), idx.data(), gtable.data());
+         return H::values({gtable});
+       },
+       true},
+      {"minmax_index: 5 ids and 100000 ids",
+       [](H& h) {
+         const auto few = Tensor<std::int32_t, B>::from_host(Shape{5}, {5, -3, 17, 2, 9});
+         const auto many = h.ids({100000}, 1 << 30);
+         const auto [lo, hi] = B::minmax_index(few.numel(), few.data());
+         const auto [lo2, hi2] = B::minmax_index(many.numel(), many.data());
+         return Outputs{{double(lo), double(hi), double(lo2), double(hi2)}};
+       },
+       true},
+  };
+}
+
+// The seed of case `index`'s inputs: the same on every backend, so they all see the same data.
+inline std::uint64_t case_seed(std::size_t index) { return 1000 + index; }
+
+// Every case, op cases first; both test translation units index into this one list.
+template <class T, Backend B>
+std::vector<Case<T, B>> all_cases() {
+  std::vector<Case<T, B>> cases = op_cases<T, B>();
+  for (auto& c : kernel_cases<T, B>()) cases.push_back(c);
+  return cases;
+}
+
+}  // namespace megacpp::backend_test

@@ -1,0 +1,23 @@
+// tests/cuda/cpu_reference.hpp: the CPU backend's results for the shared backend cases, behind
+// an interface of plain C++ types.
+//
+// The CPU backend is built on Eigen, which does not compile cleanly under nvcc; so it lives in
+// its own translation unit (cpu_reference.cpp, host compiler) and the CUDA test reaches it only
+// through these declarations. Cases are addressed by their index in all_cases<T, B>().
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace megacpp::backend_test {
+
+// Number of cases and the name of one, as the CPU translation unit sees the case list (the
+// CUDA side checks that it sees the same list).
+std::size_t cpu_case_count();
+std::string cpu_case_name(std::size_t index);
+
+// Outputs of case `index` run on the CPU backend in float (use_double = false) or double.
+std::vector<std::vector<double>> cpu_reference(std::size_t index, bool use_double);
+
+}  // namespace megacpp::backend_test
