@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev                     # checkpoint metadata
   libbenchmark-dev                       # benches
   doxygen                                # API docs
+  python3-venv                           # packaging CI: the conan client is pip-installed into a venv
 )
 
 missing=()

@@ -1,10 +1,11 @@
-// megacpp/autograd/backward.hpp: the reverse-mode engine.
-//
-// backward(loss) orders the graph below `loss` topologically (iterative DFS, so deep graphs do
-// not overflow the stack), seeds d(loss)/d(loss) = 1 and runs each node once, outputs before
-// inputs. Leaves accumulate into their gradients across calls (gradient accumulation over
-// micro-batches; zero_grad() resets). Unless retain_graph is set, each node and each non-leaf
-// gradient is released as soon as it has been used, so peak memory is that of the forward.
+/// \file
+/// megacpp/autograd/backward.hpp: the reverse-mode engine.
+///
+/// backward(loss) orders the graph below `loss` topologically (iterative DFS, so deep graphs do
+/// not overflow the stack), seeds d(loss)/d(loss) = 1 and runs each node once, outputs before
+/// inputs. Leaves accumulate into their gradients across calls (gradient accumulation over
+/// micro-batches; zero_grad() resets). Unless retain_graph is set, each node and each non-leaf
+/// gradient is released as soon as it has been used, so peak memory is that of the forward.
 #pragma once
 
 #include <memory>
@@ -64,7 +65,7 @@ inline void run_backward(std::shared_ptr<VarStateBase> root, bool retain_graph) 
 }
 }  // namespace detail
 
-// Backpropagates from a one-element `loss` (seed gradient 1).
+/// Backpropagates from a one-element `loss` (seed gradient 1).
 template <class T, Backend B>
 void backward(const Var<T, B>& loss, bool retain_graph = false) {
   check(loss.defined(), "backward", "loss is an undefined Var");
@@ -77,7 +78,7 @@ void backward(const Var<T, B>& loss, bool retain_graph = false) {
   detail::run_backward(std::move(state), retain_graph);
 }
 
-// Backpropagates from any result with an explicit upstream gradient of the result's shape.
+/// Backpropagates from any result with an explicit upstream gradient of the result's shape.
 template <class T, Backend B>
 void backward(Var<T, B>& result, const Tensor<T, B>& grad_output, bool retain_graph = false) {
   check(result.defined() && result.requires_grad(), "backward", "result does not require a gradient");

@@ -1,15 +1,16 @@
-// megacpp/autograd/function.hpp: recording an op with a hand-written backward as one graph node.
-//
-// This is the one way ops enter the graph, built-in and user-defined alike (the role of
-// torch.autograd.Function): compute the forward value with backend kernels, then
-//
-//   return make_result("my_op", value, [=](const Tensor<T, B>& grad_out) mutable {
-//     if (x.requires_grad()) { /* add d(loss)/dx into x.grad_buffer() */ }
-//   }, x, w);
-//
-// The backward receives the gradient of the result and adds its inputs' gradients into their
-// grad_buffer()s. It is recorded only when gradients are enabled (no NoGrad scope) and some
-// input requires a gradient; otherwise the result is a constant and the closure is dropped.
+/// \file
+/// megacpp/autograd/function.hpp: recording an op with a hand-written backward as one graph node.
+///
+/// This is the one way ops enter the graph, built-in and user-defined alike (the role of
+/// torch.autograd.Function): compute the forward value with backend kernels, then
+///
+///     return make_result("my_op", value, [=](const Tensor<T, B>& grad_out) mutable {
+///       if (x.requires_grad()) { /* add d(loss)/dx into x.grad_buffer() */ }
+///     }, x, w);
+///
+/// The backward receives the gradient of the result and adds its inputs' gradients into their
+/// grad_buffer()s. It is recorded only when gradients are enabled (no NoGrad scope) and some
+/// input requires a gradient; otherwise the result is a constant and the closure is dropped.
 #pragma once
 
 #include <memory>
@@ -42,8 +43,8 @@ void collect_input(std::vector<std::shared_ptr<VarStateBase>>& inputs, const std
 }
 }  // namespace detail
 
-// Wraps `value` as the result of op `name` whose inputs are `inputs` (Vars, of any element type,
-// or vectors of Vars). `backward` is called as backward(const Tensor<T, B>& grad_of_result).
+/// Wraps `value` as the result of op `name` whose inputs are `inputs` (Vars, of any element type,
+/// or vectors of Vars). `backward` is called as backward(const Tensor<T, B>& grad_of_result).
 template <class T, Backend B, class Fn, class... Inputs>
 Var<T, B> make_result(std::string_view name, Tensor<T, B> value, Fn&& backward, const Inputs&... inputs) {
   std::vector<std::shared_ptr<detail::VarStateBase>> needing_grad;

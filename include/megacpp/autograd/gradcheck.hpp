@@ -1,9 +1,10 @@
-// megacpp/autograd/gradcheck.hpp: finite-difference check of hand-written backward functions.
-//
-// For f: inputs -> output (any shape), gradcheck compares the analytic gradient of
-// L = sum(f(inputs) * w), w fixed random weights (so every output element counts, with
-// different weights), against central differences (L(x + eps) - L(x - eps)) / (2 eps), in double,
-// for every element of every input that requires a gradient. It reports the worst element.
+/// \file
+/// megacpp/autograd/gradcheck.hpp: finite-difference check of hand-written backward functions.
+///
+/// For f: inputs -> output (any shape), gradcheck compares the analytic gradient of
+/// L = sum(f(inputs) * w), w fixed random weights (so every output element counts, with
+/// different weights), against central differences (L(x + eps) - L(x - eps)) / (2 eps), in double,
+/// for every element of every input that requires a gradient. It reports the worst element.
 #pragma once
 
 #include <cmath>
@@ -20,21 +21,25 @@
 
 namespace megacpp {
 
+/// Step and tolerances of gradcheck.
 struct GradcheckOptions {
-  double eps = 1e-6;    // central-difference step
-  double atol = 1e-6;   // pass if |analytic - numeric| <= atol + rtol * |numeric|
-  double rtol = 1e-5;
-  std::uint64_t seed = 1234;  // for the output weights w
+  double eps = 1e-6;    ///< central-difference step
+  double atol = 1e-6;   ///< pass if |analytic - numeric| <= atol + rtol * |numeric|
+  double rtol = 1e-5;   ///< relative part of the tolerance (see atol)
+  std::uint64_t seed = 1234;  ///< for the output weights w
 };
 
+/// What gradcheck found: pass/fail, the largest error and the worst element.
 struct GradcheckResult {
-  bool ok = true;
-  double max_abs_error = 0;  // over all checked elements
-  std::size_t checked = 0;   // number of elements compared
-  std::string report;        // the worst element: input, index, analytic, numeric
-  explicit operator bool() const { return ok; }
+  bool ok = true;            ///< every element within tolerance
+  double max_abs_error = 0;  ///< over all checked elements
+  std::size_t checked = 0;   ///< number of elements compared
+  std::string report;        ///< the worst element: input, index, analytic, numeric
+  explicit operator bool() const { return ok; }  ///< ok
 };
 
+/// Checks the analytic gradient of `f(inputs)` (a Var of any shape) against central differences,
+/// in double, for every element of every input that requires a gradient (see the file comment).
 template <Backend B, class F>
 GradcheckResult gradcheck(F&& f, std::vector<Var<double, B>> inputs, const GradcheckOptions& opt = {}) {
   using Tensor64 = Tensor<double, B>;

@@ -1,9 +1,10 @@
-// megacpp/autograd/var.hpp: Var<T, B>, a tensor that records the ops applied to it.
-//
-// Each Var shares one VarState: the value, the accumulated gradient, and (for op results) the
-// graph node that produced it. A node holds its inputs' states, so the loss keeps its whole graph
-// alive and nothing points back up: the graph has no cycles. Backward functions must capture
-// only inputs and saved tensors, never the result Var.
+/// \file
+/// megacpp/autograd/var.hpp: Var<T, B>, a tensor that records the ops applied to it.
+///
+/// Each Var shares one VarState: the value, the accumulated gradient, and (for op results) the
+/// graph node that produced it. A node holds its inputs' states, so the loss keeps its whole graph
+/// alive and nothing points back up: the graph has no cycles. Backward functions must capture
+/// only inputs and saved tensors, never the result Var.
 #pragma once
 
 #include <memory>
@@ -52,56 +53,71 @@ struct VarState final : VarStateBase {
 
 }  // namespace detail
 
+/// A tensor that records the ops applied to it: a handle (like shared_ptr) to one shared state
+/// holding the value, the accumulated gradient and, for op results, the node that produced it.
+/// T is float or double; bf16/f16 stay Tensor storage.
 template <class T, Backend B>
 class Var {
   static_assert(is_compute_type_v<T>,
                 "megacpp_var_needs_float_or_double: keep bf16/f16 as Tensor storage and convert with .to<float>()");
 
  public:
-  using value_type = T;
-  using backend_type = B;
+  using value_type = T;  ///< element type (float or double)
+  using backend_type = B;  ///< backend tag
 
-  Var() = default;
-  // A constant (requires_grad = false) or a leaf that collects gradients (requires_grad = true).
+  Var() = default;  ///< undefined: defined() is false
+  /// A constant (requires_grad = false) or a leaf that collects gradients (requires_grad = true).
   explicit Var(Tensor<T, B> value, bool requires_grad = false)
       : state_(std::make_shared<detail::VarState<T, B>>(std::move(value))) {
     state_->requires_grad = requires_grad;
   }
+  /// A leaf that collects gradients: Var(value, true).
   static Var parameter(Tensor<T, B> value) { return Var(std::move(value), true); }
 
+  /// False for a default-constructed Var.
   bool defined() const { return state_ != nullptr; }
+  /// The value.
   const Tensor<T, B>& value() const { return state_->value; }
-  // The value's storage, for in-place updates outside the graph (optimizer steps under NoGrad).
+  /// The value's storage, for in-place updates outside the graph (optimizer steps under NoGrad).
   Tensor<T, B>& mutable_value() { return state_->value; }
+  /// The value's shape.
   const Shape& shape() const { return state_->value.shape(); }
+  /// The value's number of dims.
   int rank() const { return state_->value.rank(); }
+  /// The value's number of elements.
   index_t numel() const { return state_->value.numel(); }
+  /// Size of dim `axis` of the value.
   index_t size(int axis) const { return state_->value.size(axis); }
+  /// The single element of a one-element value (a loss).
   T item() const { return state_->value.item(); }
 
+  /// True for leaves created with requires_grad and for results of ops on such Vars.
   bool requires_grad() const { return state_ && state_->requires_grad; }
+  /// True unless an op produced this Var (parameters and constants are leaves).
   bool is_leaf() const { return !state_->grad_fn; }
-  // Accumulated gradient; undefined (`!grad().defined()`) until a backward reaches this Var.
+  /// Accumulated gradient; undefined (`!grad().defined()`) until a backward reaches this Var.
   const Tensor<T, B>& grad() const { return state_->grad; }
-  // The gradient accumulator, created as zeros on first use. Backward functions add into it.
-  // A Var is a handle (like shared_ptr): const-ness of the handle does not freeze the state.
+  /// The gradient accumulator, created as zeros on first use. Backward functions add into it.
+  /// A Var is a handle (like shared_ptr): const-ness of the handle does not freeze the state.
   Tensor<T, B>& grad_buffer() const {
     if (!state_->grad.defined()) state_->grad = Tensor<T, B>::zeros(shape());
     return state_->grad;
   }
-  // Forgets the accumulated gradient (the next backward starts from zero).
+  /// Forgets the accumulated gradient (the next backward starts from zero).
   void zero_grad() { state_->release_grad(); }
-  // Keep this non-leaf's gradient after backward (leaves always keep theirs).
+  /// Keep this non-leaf's gradient after backward (leaves always keep theirs).
   void retain_grad() { state_->retains_grad = true; }
+  /// Turns gradient collection of a leaf on or off (throws for op results).
   void set_requires_grad(bool on) {
     check(is_leaf(), "Var::set_requires_grad", "only leaves can change requires_grad");
     state_->requires_grad = on;
   }
-  // Same value (shared storage), no history.
+  /// Same value (shared storage), no history.
   Var detach() const { return Var(state_->value, false); }
 
+  /// The shared state as the backward engine sees it (for make_result and the engine).
   std::shared_ptr<detail::VarStateBase> state_base() const { return state_; }
-  // Identity of the underlying state (two Vars that are copies of each other compare equal).
+  /// Identity of the underlying state (two Vars that are copies of each other compare equal).
   const void* id() const { return state_.get(); }
 
  private:

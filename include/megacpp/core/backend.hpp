@@ -1,17 +1,18 @@
-// megacpp/core/backend.hpp: the kernel contract every backend implements (CPU, CUDA).
-//
-// A backend is a tag type with static member functions; the same layer source instantiates
-// against any type satisfying `Backend`. Layers and autograd ops call only these functions,
-// never a backend's internals. Pointers are the backend's memory (host memory for Cpu, device
-// memory for Cuda); `index_t` sizes; every kernel is synchronous with respect to later kernels
-// of the same backend. Element types: memory functions take any storage type; compute kernels
-// take float and double (bf16/f16 are converted with `convert` first).
-//
-// Conventions shared by all kernels:
-// - Matrices are row-major. `beta` selects overwrite (0) or accumulate (1) into the output, so
-//   backward passes accumulate into gradient buffers without temporaries.
-// - `In<T>` is an elementwise operand. A broadcast operand (`broadcast = true`) is indexed by
-//   the innermost coordinate only: broadcasting over leading dims, as `x + bias` needs.
+/// \file
+/// megacpp/core/backend.hpp: the kernel contract every backend implements (CPU, CUDA).
+///
+/// A backend is a tag type with static member functions; the same layer source instantiates
+/// against any type satisfying `Backend`. Layers and autograd ops call only these functions,
+/// never a backend's internals. Pointers are the backend's memory (host memory for Cpu, device
+/// memory for Cuda); `index_t` sizes; every kernel is synchronous with respect to later kernels
+/// of the same backend. Element types: memory functions take any storage type; compute kernels
+/// take float and double (bf16/f16 are converted with `convert` first).
+///
+/// Conventions shared by all kernels:
+/// - Matrices are row-major. `beta` selects overwrite (0) or accumulate (1) into the output, so
+///   backward passes accumulate into gradient buffers without temporaries.
+/// - `In<T>` is an elementwise operand. A broadcast operand (`broadcast = true`) is indexed by
+///   the innermost coordinate only: broadcasting over leading dims, as `x + bias` needs.
 #pragma once
 
 #include <concepts>
@@ -24,37 +25,42 @@
 
 namespace megacpp {
 
-// Strided batched GEMM, row-major: for b in [0, batch):
-//   C_b = alpha * op(A_b) * op(B_b) + beta * C_b, op(X) = X or X^T,
-// with op(A_b) (m, k), op(B_b) (k, n), C_b (m, n); X_b starts at X + b * stride_x.
-// A stride of 0 reuses one matrix for the whole batch (except C, which must not alias).
+/// Strided batched GEMM, row-major: for b in [0, batch):
+///   C_b = alpha * op(A_b) * op(B_b) + beta * C_b, op(X) = X or X^T,
+/// with op(A_b) (m, k), op(B_b) (k, n), C_b (m, n); X_b starts at X + b * stride_x.
+/// A stride of 0 reuses one matrix for the whole batch (except C, which must not alias).
 struct GemmArgs {
-  bool trans_a = false;
-  bool trans_b = false;
-  index_t m = 0, n = 0, k = 0;
-  index_t lda = 0, ldb = 0, ldc = 0;  // row strides of A, B, C as stored
-  index_t stride_a = 0, stride_b = 0, stride_c = 0;
-  index_t batch = 1;
+  bool trans_a = false;  ///< op(A) = A^T
+  bool trans_b = false;  ///< op(B) = B^T
+  index_t m = 0, n = 0, k = 0;  ///< op(A_b) is (m, k), op(B_b) is (k, n), C_b is (m, n)
+  index_t lda = 0, ldb = 0, ldc = 0;  ///< row strides of A, B, C as stored
+  index_t stride_a = 0, stride_b = 0, stride_c = 0;  ///< elements between batch entries (0: shared)
+  index_t batch = 1;  ///< number of products
 };
 
+/// An elementwise operand of map/reduce kernels.
 template <class T>
 struct In {
-  const T* data = nullptr;
-  bool broadcast = false;  // indexed by the innermost coordinate only
+  const T* data = nullptr;  ///< the operand's first element (backend memory)
+  bool broadcast = false;  ///< indexed by the innermost coordinate only
 };
 
-// Bytes allocated through a backend: current and high-water mark (for benches' peak memory).
+/// Bytes allocated through a backend: current and high-water mark (for benches' peak memory).
 struct MemoryStats {
-  std::size_t current_bytes = 0;
-  std::size_t peak_bytes = 0;
+  std::size_t current_bytes = 0;  ///< bytes allocated now
+  std::size_t peak_bytes = 0;  ///< most bytes allocated at once since the last reset_peak_memory()
 };
 
-// A functor that is valid in every map/reduce kernel (used only to spell the concept).
+/// A functor that is valid in every map/reduce kernel (used only to spell the concept).
 struct IdentityFunctor {
+  /// Returns x.
   template <class T>
   MEGACPP_HD T operator()(T x) const { return x; }
 };
 
+/// The kernel contract: a backend is a tag type whose static member functions provide memory,
+/// batched GEMM, elementwise map/reduce over functors and the fused row kernels, with the
+/// conventions of this file. `Cpu` (megacpp/backends/cpu.hpp) is the reference implementation.
 // clang-format off
 template <class B>
 concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, std::size_t n,

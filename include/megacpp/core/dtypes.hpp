@@ -1,8 +1,9 @@
-// megacpp/core/dtypes.hpp: bf16 and f16 storage types with round-to-nearest-even conversion.
-//
-// Both are 16-bit storage formats; arithmetic goes through float (each converts implicitly to
-// float, and is built from float explicitly so that precision loss is always visible in code).
-// The conversions are bit-exact and run on host and device (MEGACPP_HD).
+/// \file
+/// megacpp/core/dtypes.hpp: bf16 and f16 storage types with round-to-nearest-even conversion.
+///
+/// Both are 16-bit storage formats; arithmetic goes through float (each converts implicitly to
+/// float, and is built from float explicitly so that precision loss is always visible in code).
+/// The conversions are bit-exact and run on host and device (MEGACPP_HD).
 #pragma once
 
 #include <bit>
@@ -83,12 +84,15 @@ MEGACPP_HD float f16_bits_to_float(std::uint16_t h) {
 }
 }  // namespace detail
 
-// bfloat16: 8 exponent bits, 7 mantissa bits.
+/// bfloat16: 8 exponent bits, 7 mantissa bits.
 struct bf16 {
-  std::uint16_t bits = 0;
-  bf16() = default;
+  std::uint16_t bits = 0;  ///< the raw 16 bits
+  bf16() = default;  ///< +0
+  /// Rounds `f` to the nearest bf16, ties to even (overflow to infinity, NaN stays NaN).
   MEGACPP_HD explicit bf16(float f) : bits(detail::float_to_bf16_bits(f)) {}
+  /// The exact float value.
   MEGACPP_HD operator float() const { return detail::bf16_bits_to_float(bits); }
+  /// The bf16 with raw bits `b`.
   MEGACPP_HD static bf16 from_bits(std::uint16_t b) {
     bf16 x;
     x.bits = b;
@@ -96,12 +100,15 @@ struct bf16 {
   }
 };
 
-// IEEE 754 binary16: 5 exponent bits, 10 mantissa bits.
+/// IEEE 754 binary16: 5 exponent bits, 10 mantissa bits.
 struct f16 {
-  std::uint16_t bits = 0;
-  f16() = default;
+  std::uint16_t bits = 0;  ///< the raw 16 bits
+  f16() = default;  ///< +0
+  /// Rounds `f` to the nearest f16, ties to even (subnormals kept, overflow to infinity).
   MEGACPP_HD explicit f16(float f) : bits(detail::float_to_f16_bits(f)) {}
+  /// The exact float value.
   MEGACPP_HD operator float() const { return detail::f16_bits_to_float(bits); }
+  /// The f16 with raw bits `b`.
   MEGACPP_HD static f16 from_bits(std::uint16_t b) {
     f16 x;
     x.bits = b;
@@ -111,7 +118,7 @@ struct f16 {
 
 static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2, "megacpp_16bit_types_must_be_2_bytes");
 
-// Converts between any two element types: 16-bit types go through float.
+/// Converts between any two element types: 16-bit types go through float.
 template <class To, class From>
 MEGACPP_HD To convert_element(From x) {
   if constexpr (std::is_same_v<To, From>) {
@@ -125,15 +132,16 @@ MEGACPP_HD To convert_element(From x) {
   }
 }
 
-// Element types a Tensor may hold; `compute` types are the ones autograd ops compute in.
+/// Element types a Tensor may hold; `compute` types are the ones autograd ops compute in.
 template <class T>
 inline constexpr bool is_storage_type_v =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16> ||
     std::is_same_v<T, f16> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::uint8_t>;
+/// True for the element types autograd ops compute in (float, double); see is_storage_type_v.
 template <class T>
 inline constexpr bool is_compute_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-// Short names, matching the safetensors dtype strings.
+/// Short names, matching the safetensors dtype strings.
 template <class T>
 constexpr std::string_view dtype_name() {
   if constexpr (std::is_same_v<T, float>) return "F32";

@@ -1,4 +1,5 @@
-// megacpp/core/shape.hpp: runtime tensor shape (rank <= 8), row-major.
+/// \file
+/// megacpp/core/shape.hpp: runtime tensor shape (rank <= 8), row-major.
 #pragma once
 
 #include <array>
@@ -12,41 +13,49 @@
 
 namespace megacpp {
 
+/// Runtime tensor shape (rank <= 8), row-major. Dimensions are checked to be non-negative.
 class Shape {
  public:
-  static constexpr int kMaxRank = 8;
+  static constexpr int kMaxRank = 8;  ///< the largest rank a Shape holds
 
-  Shape() = default;  // rank 0: a scalar with one element
+  Shape() = default;  ///< rank 0: a scalar with one element
+  /// Shape{2, 3}: the given dims (throws Error beyond kMaxRank or on a negative dim).
   Shape(std::initializer_list<index_t> dims) { assign(dims.begin(), dims.size()); }
+  /// The dims of a span (same checks).
   explicit Shape(std::span<const index_t> dims) { assign(dims.data(), dims.size()); }
 
+  /// Number of dims.
   int rank() const { return rank_; }
-  // Negative axes count from the end, as in numpy: shape[-1] is the last dim.
+  /// Negative axes count from the end, as in numpy: shape[-1] is the last dim.
   index_t operator[](int axis) const { return dims_[normalize_axis(axis)]; }
+  /// Same, writable.
   index_t& operator[](int axis) { return dims_[normalize_axis(axis)]; }
+  /// First dim (for range-for).
   const index_t* begin() const { return dims_.data(); }
+  /// One past the last dim.
   const index_t* end() const { return dims_.data() + rank_; }
 
+  /// Number of elements: the product of the dims (1 at rank 0).
   index_t numel() const {
     index_t n = 1;
     for (int i = 0; i < rank_; ++i) n *= dims_[i];
     return n;
   }
-  // Product of dims [first, last).
+  /// Product of dims [first, last).
   index_t prod(int first, int last) const {
     index_t n = 1;
     for (int i = first; i < last; ++i) n *= dims_[i];
     return n;
   }
 
-  // Maps a possibly negative axis to [0, rank); throws naming the axis and the shape.
+  /// Maps a possibly negative axis to [0, rank); throws naming the axis and the shape.
   int normalize_axis(int axis) const {
     const int a = axis < 0 ? axis + rank_ : axis;
     check(a >= 0 && a < rank_, "Shape", "axis ", axis, " out of range for shape ", to_string());
     return a;
   }
 
-  // Shape with `dim` removed (keepdim=false reductions) or set to 1 (keepdim=true).
+  /// Shape with `dim` removed (keepdim=false reductions) or set to 1 (keepdim=true).
   Shape without(int axis) const {
     const int a = normalize_axis(axis);
     Shape s;
@@ -54,33 +63,37 @@ class Shape {
       if (i != a) s.push_back(dims_[i]);
     return s;
   }
+  /// This shape with dim `axis` set to `value`.
   Shape with(int axis, index_t value) const {
     Shape s = *this;
     s[axis] = value;
     return s;
   }
+  /// Appends a dim (throws beyond kMaxRank).
   void push_back(index_t d) {
     check(rank_ < kMaxRank, "Shape", "rank would exceed ", kMaxRank);
     dims_[rank_++] = d;
   }
-  // The last `n` dims (a suffix), used for broadcasting over leading dims.
+  /// The last `n` dims (a suffix), used for broadcasting over leading dims.
   Shape suffix(int n) const {
     Shape s;
     for (int i = rank_ - n; i < rank_; ++i) s.push_back(dims_[i]);
     return s;
   }
-  // The first `n` dims.
+  /// The first `n` dims.
   Shape prefix(int n) const {
     Shape s;
     for (int i = 0; i < n; ++i) s.push_back(dims_[i]);
     return s;
   }
+  /// This shape followed by the dims of `tail`.
   Shape concat(const Shape& tail) const {
     Shape s = *this;
     for (index_t d : tail) s.push_back(d);
     return s;
   }
 
+  /// "(2, 3)": the form error messages use.
   std::string to_string() const {
     std::string s = "(";
     for (int i = 0; i < rank_; ++i) {
@@ -90,12 +103,14 @@ class Shape {
     return s + ")";
   }
 
+  /// Same rank and dims.
   friend bool operator==(const Shape& a, const Shape& b) {
     if (a.rank_ != b.rank_) return false;
     for (int i = 0; i < a.rank_; ++i)
       if (a.dims_[i] != b.dims_[i]) return false;
     return true;
   }
+  /// Writes to_string().
   friend std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.to_string(); }
 
  private:

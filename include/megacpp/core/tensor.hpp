@@ -1,9 +1,10 @@
-// megacpp/core/tensor.hpp: Tensor<T, B>, owning reference-counted storage on backend B.
-//
-// Element type and backend are compile-time; the shape is runtime. Tensors are always
-// contiguous and row-major: ops that permute axes copy (matmul takes transpose flags instead,
-// so the hot path never needs a transposed copy). Copies of a Tensor share storage; `clone()`
-// copies the data. `reshape` and `rows` are views on the same storage.
+/// \file
+/// megacpp/core/tensor.hpp: Tensor<T, B>, owning reference-counted storage on backend B.
+///
+/// Element type and backend are compile-time; the shape is runtime. Tensors are always
+/// contiguous and row-major: ops that permute axes copy (matmul takes transpose flags instead,
+/// so the hot path never needs a transposed copy). Copies of a Tensor share storage; `clone()`
+/// copies the data. `reshape` and `rows` are views on the same storage.
 #pragma once
 
 #include <memory>
@@ -18,17 +19,19 @@
 
 namespace megacpp {
 
+/// Owning, reference-counted, contiguous row-major storage of `T` on backend `B`, with a runtime
+/// Shape. Copies share storage; clone() copies the data.
 template <class T, Backend B>
 class Tensor {
   static_assert(is_storage_type_v<T>,
                 "megacpp_unsupported_element_type: Tensor holds float, double, bf16, f16, int32_t or uint8_t");
 
  public:
-  using value_type = T;
-  using backend_type = B;
+  using value_type = T;  ///< element type
+  using backend_type = B;  ///< backend tag
 
-  Tensor() = default;  // undefined: no storage; defined() is false
-  // Uninitialised storage for `shape`.
+  Tensor() = default;  ///< undefined: no storage; defined() is false
+  /// Uninitialised storage for `shape`.
   explicit Tensor(Shape shape) : shape_(shape) {
     const auto n = static_cast<std::size_t>(shape_.numel());
     T* p = n ? B::template allocate<T>(n) : nullptr;
@@ -36,13 +39,15 @@ class Tensor {
     data_ = p;
   }
 
+  /// A tensor of zeros.
   static Tensor zeros(Shape shape) { return full(shape, T{}); }
+  /// A tensor with every element equal to `value`.
   static Tensor full(Shape shape, T value) {
     Tensor t(shape);
     B::template fill<T>(t.data_, static_cast<std::size_t>(t.numel()), value);
     return t;
   }
-  // Copies host values; their count must equal the shape's number of elements.
+  /// Copies host values; their count must equal the shape's number of elements.
   static Tensor from_host(Shape shape, std::span<const T> values) {
     check(static_cast<index_t>(values.size()) == shape.numel(), "Tensor::from_host", "shape ",
           shape, " needs ", shape.numel(), " values, got ", values.size());
@@ -50,17 +55,20 @@ class Tensor {
     B::template copy_from_host<T>(t.data_, values.data(), values.size());
     return t;
   }
+  /// Same, from a braced list: from_host({2, 2}, {1, 2, 3, 4}).
   static Tensor from_host(Shape shape, std::initializer_list<T> values) {
     return from_host(shape, std::span<const T>(values.begin(), values.size()));
   }
+  /// A rank-0 tensor holding `value`.
   static Tensor scalar(T value) { return from_host(Shape{}, {value}); }
 
+  /// The elements in row-major order, copied to the host.
   std::vector<T> to_host() const {
     std::vector<T> out(static_cast<std::size_t>(numel()));
     if (!out.empty()) B::template copy_to_host<T>(out.data(), data_, out.size());
     return out;
   }
-  // The single element of a one-element tensor.
+  /// The single element of a one-element tensor.
   T item() const {
     check(defined() && numel() == 1, "Tensor::item", "needs exactly one element, shape is ", shape_);
     T v;
@@ -68,17 +76,24 @@ class Tensor {
     return v;
   }
 
+  /// False for a default-constructed Tensor (no storage).
   bool defined() const { return storage_.use_count() > 0; }
+  /// The shape.
   const Shape& shape() const { return shape_; }
+  /// Number of dims.
   int rank() const { return shape_.rank(); }
+  /// Number of elements.
   index_t numel() const { return shape_.numel(); }
+  /// Size of dim `axis` (negative axes count from the end).
   index_t size(int axis) const { return shape_[axis]; }
-  // Backend pointer to the first element (host memory for Cpu).
+  /// Backend pointer to the first element (host memory for Cpu).
   T* data() { return data_; }
+  /// Same, read-only.
   const T* data() const { return data_; }
 
-  // Same storage, new shape with the same number of elements; one dim may be -1 (inferred).
+  /// Same storage, new shape with the same number of elements; one dim may be -1 (inferred).
   Tensor reshape(std::initializer_list<index_t> dims) const { return reshape(Shape(infer(dims))); }
+  /// Same storage viewed as `shape` (same number of elements).
   Tensor reshape(const Shape& shape) const {
     check(shape.numel() == numel(), "reshape", "cannot view shape ", shape_, " (", numel(),
           " elements) as ", shape, " (", shape.numel(), " elements)");
@@ -86,7 +101,7 @@ class Tensor {
     t.shape_ = shape;
     return t;
   }
-  // View of rows [begin, end) of the first axis (no copy).
+  /// View of rows [begin, end) of the first axis (no copy).
   Tensor rows(index_t begin, index_t end) const {
     check(rank() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "Tensor::rows",
           "range [", begin, ", ", end, ") invalid for shape ", shape_);
@@ -95,25 +110,27 @@ class Tensor {
     t.data_ = data_ + begin * shape_.prod(1, rank());
     return t;
   }
+  /// A copy of the data in new storage.
   Tensor clone() const {
     Tensor t(shape_);
     if (numel()) B::template copy<T>(t.data_, data_, static_cast<std::size_t>(numel()));
     return t;
   }
-  // Element type conversion (round to nearest even for bf16/f16).
+  /// Element type conversion (round to nearest even for bf16/f16).
   template <class U>
   Tensor<U, B> to() const {
     Tensor<U, B> t(shape_);
     if (numel()) B::template convert<T, U>(static_cast<std::size_t>(numel()), data_, t.data());
     return t;
   }
-  // Copies `src` (same shape) into this tensor's storage, which all views see.
+  /// Copies `src` (same shape) into this tensor's storage, which all views see.
   void assign(const Tensor& src) {
     check(src.shape() == shape_, "Tensor::assign", "shape ", src.shape(), " into ", shape_);
     if (numel() && src.data_ != data_) B::template copy<T>(data_, src.data_, static_cast<std::size_t>(numel()));
   }
+  /// Sets every element to `value`.
   void fill(T value) { B::template fill<T>(data_, static_cast<std::size_t>(numel()), value); }
-  // True when both tensors view the same first element (used to detect aliasing).
+  /// True when both tensors view the same first element (used to detect aliasing).
   bool same_data(const Tensor& other) const { return data_ == other.data_; }
 
  private:

@@ -86,8 +86,8 @@ inline std::vector<std::int32_t> fim_transform(const std::vector<std::int32_t>& 
 /// Where a token stream stands with respect to FIM context (carried across row boundaries).
 enum class FimRegion : std::uint8_t { plain, context, middle };
 
-/// Applies the FIM state machine to one token: BOS starts a plain document, <PRE> opens the
-/// context (prefix, <SUF>, suffix), <MID> opens the middle.
+/// Applies the FIM state machine to one token: BOS starts a plain document, `<PRE>` opens the
+/// context (prefix, `<SUF>`, suffix), `<MID>` opens the middle.
 inline FimRegion fim_next_region(FimRegion r, std::int32_t token, const SpecialTokens& sp) {
   if (token == sp.bos) return FimRegion::plain;
   if (token == sp.fim_prefix) return FimRegion::context;
@@ -96,7 +96,7 @@ inline FimRegion fim_next_region(FimRegion r, std::int32_t token, const SpecialT
 }
 
 /// loss_mask[t] for targets[t] = inputs[t + 1]: 0 when the target is context of a FIM example
-/// (prefix, <SUF>, suffix, or the <MID> that ends the context), 1 otherwise. `start` is the
+/// (prefix, `<SUF>`, suffix, or the `<MID>` that ends the context), 1 otherwise. `start` is the
 /// region before inputs[0] (from the preceding tokens of the stream).
 template <class T>
 void fim_loss_mask(const std::int32_t* inputs, const std::int32_t* targets, std::size_t n, FimRegion start,

@@ -25,13 +25,14 @@ namespace megacpp::data {
 /// One rank's rows for one step: (batch, seq) ids on backend B and a per-token loss mask.
 template <class T, Backend B>
 struct PackedBatch {
-  index_t batch = 0, seq = 0;
+  /// Rows in this rank's step.
+  index_t batch = 0, seq = 0;  ///< tokens per row
   std::vector<std::int32_t> input_ids_host;   ///< (batch, seq), row-major: documents derive from these
   std::vector<std::int32_t> target_ids_host;  ///< (batch, seq)
   std::vector<T> loss_mask_host;              ///< (batch, seq): 1 = learn this target, 0 = do not
-  Tensor<std::int32_t, B> input_ids;
-  Tensor<std::int32_t, B> target_ids;
-  Tensor<T, B> loss_mask;
+  Tensor<std::int32_t, B> input_ids;   ///< (batch, seq) input_ids_host on backend B (set by upload())
+  Tensor<std::int32_t, B> target_ids;  ///< (batch, seq) target_ids_host on backend B (set by upload())
+  Tensor<T, B> loss_mask;              ///< (batch, seq) loss_mask_host on backend B (set by upload())
 
   /// Copies the host vectors to the backend (after a transform such as FIM edited them).
   void upload() {
@@ -46,7 +47,8 @@ struct PackedBatch {
 struct LoaderPosition {
   std::size_t shard = 0;  ///< index into the shard list
   index_t token = 0;      ///< first token of the next step within that shard
-  std::uint64_t epoch = 0;
+  std::uint64_t epoch = 0;  ///< completed passes over the shard list
+  /// Equal when shard, token and epoch are all equal.
   friend bool operator==(const LoaderPosition&, const LoaderPosition&) = default;
 };
 
@@ -83,6 +85,7 @@ class ShardLoader {
 
   /// Tokens one step consumes across all ranks (+1 for the last target).
   index_t tokens_per_step() const { return static_cast<index_t>(world_) * batch_ * seq_ + 1; }
+  /// Where the next step starts (save it in a checkpoint; restore it with seek()).
   const LoaderPosition& position() const { return position_; }
   /// Resumes at `p` (from a checkpoint); validates it against the shard list.
   void seek(const LoaderPosition& p) {

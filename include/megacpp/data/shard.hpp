@@ -22,8 +22,11 @@
 
 namespace megacpp::data {
 
+/// header[0] of every shard.
 inline constexpr std::int32_t kShardMagic = 20240520;
+/// Number of int32 values in a shard header.
 inline constexpr std::size_t kShardHeaderInts = 256;
+/// Size of a shard header in bytes (1024); the tokens follow it.
 inline constexpr std::size_t kShardHeaderBytes = kShardHeaderInts * sizeof(std::int32_t);
 
 /// A read-only, memory-mapped token shard.
@@ -52,9 +55,13 @@ class TokenShard {
     tokens_ = bytes.data() + kShardHeaderBytes;
   }
 
+  /// Format version from the header: 1 = uint16 tokens, 2 = uint32 tokens.
   std::int32_t version() const { return version_; }
+  /// Number of tokens in the shard.
   index_t size() const { return num_tokens_; }
+  /// Bytes per token: 2 for version 1, 4 for version 2.
   std::size_t token_bytes() const { return version_ == 1 ? 2 : 4; }
+  /// The shard's file path.
   const std::filesystem::path& path() const { return file_.path(); }
 
   /// Token i as an unsigned id.

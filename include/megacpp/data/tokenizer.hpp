@@ -19,17 +19,20 @@ namespace megacpp::data {
 struct SpecialTokens {
   std::int32_t bos = 256;         ///< begins every document
   std::int32_t eos = 257;         ///< ends a document (or a FIM middle)
-  std::int32_t fim_prefix = 258;  ///< <PRE>: the prefix follows
-  std::int32_t fim_suffix = 259;  ///< <SUF>: the suffix follows
-  std::int32_t fim_middle = 260;  ///< <MID>: the middle to generate follows
+  std::int32_t fim_prefix = 258;  ///< `<PRE>`: the prefix follows
+  std::int32_t fim_suffix = 259;  ///< `<SUF>`: the suffix follows
+  std::int32_t fim_middle = 260;  ///< `<MID>`: the middle to generate follows
 };
 
 /// Bytes as tokens, plus SpecialTokens at 256-260.
 class ByteTokenizer {
  public:
+  /// Number of token ids: 256 bytes plus the 5 special tokens.
   static constexpr std::int32_t kVocab = 261;
 
+  /// The ids of the special tokens.
   const SpecialTokens& special() const { return special_; }
+  /// Number of token ids (kVocab).
   std::int32_t vocab_size() const { return kVocab; }
 
   /// BOS + the bytes of `text` (+ EOS when `with_eos`).
@@ -42,7 +45,7 @@ class ByteTokenizer {
     return ids;
   }
 
-  /// Bytes back to text; special tokens are shown as <BOS>, <EOS>, <PRE>, <SUF>, <MID>.
+  /// Bytes back to text; special tokens are shown as `<BOS>`, `<EOS>`, `<PRE>`, `<SUF>`, `<MID>`.
   std::string decode(const std::vector<std::int32_t>& ids) const {
     std::string out;
     for (const std::int32_t id : ids) {

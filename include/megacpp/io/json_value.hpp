@@ -19,13 +19,14 @@ namespace megacpp::io {
 
 /// A parsed JSON value (null, bool, integer, string, array or object).
 struct JsonValue {
+  /// Which JSON type a value holds; it selects the member that carries the value.
   enum class Kind { null, boolean, integer, string, array, object };
-  Kind kind = Kind::null;
-  bool boolean = false;
-  std::int64_t integer = 0;
-  std::string string;
-  std::vector<JsonValue> array;
-  std::map<std::string, JsonValue> object;
+  Kind kind = Kind::null;                   ///< the type of this value
+  bool boolean = false;                     ///< the value when kind is Kind::boolean
+  std::int64_t integer = 0;                 ///< the value when kind is Kind::integer
+  std::string string;                       ///< the value when kind is Kind::string
+  std::vector<JsonValue> array;             ///< the elements when kind is Kind::array
+  std::map<std::string, JsonValue> object;  ///< the members when kind is Kind::object
 
   /// The member `key` of an object; throws naming `context` when absent or not an object.
   const JsonValue& at(const std::string& key, std::string_view context) const {

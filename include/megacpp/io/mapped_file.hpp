@@ -43,7 +43,9 @@ class MappedFile {
     }
     ::close(fd);  // the mapping stays valid
   }
+  /// Takes over the mapping of `o`, which is left empty.
   MappedFile(MappedFile&& o) noexcept { *this = std::move(o); }
+  /// Unmaps this file's bytes and takes over the mapping of `o`, which is left empty.
   MappedFile& operator=(MappedFile&& o) noexcept {
     if (this != &o) {
       unmap();
@@ -57,8 +59,11 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile() { unmap(); }
 
+  /// The whole file's bytes (empty for an empty or default-constructed file).
   std::span<const char> bytes() const { return {data_, size_}; }
+  /// Size of the file in bytes.
   std::size_t size() const { return size_; }
+  /// The mapped file's path.
   const std::filesystem::path& path() const { return path_; }
 
  private:

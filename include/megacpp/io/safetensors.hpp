@@ -29,9 +29,9 @@ static_assert(std::endian::native == std::endian::little,
 /// Where one tensor lives in a safetensors file.
 struct SafetensorsEntry {
   std::string dtype;          ///< "F32", "F64", "BF16", "F16", "I32", "U8", ...
-  Shape shape;
+  Shape shape;                ///< dimensions, row-major
   std::uint64_t begin = 0;    ///< byte offsets into the data buffer
-  std::uint64_t end = 0;
+  std::uint64_t end = 0;      ///< one past the last byte in the data buffer
 };
 
 namespace detail {
@@ -76,6 +76,7 @@ class SafetensorsReader {
 
   /// Tensor names in the header.
   const std::vector<std::string>& names() const { return order_; }
+  /// True when the file holds a tensor named `name`.
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   /// The entry for `name`; throws naming the file when absent.
   const SafetensorsEntry& entry(const std::string& name) const {
@@ -83,6 +84,7 @@ class SafetensorsReader {
     check(it != entries_.end(), "safetensors", file_.path().string(), ": no tensor named \"", name, "\"");
     return it->second;
   }
+  /// The string key-value pairs of the header's "__metadata__" (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   /// Copies tensor `name` to backend B; its dtype must be T's and, when given, its shape `expected`.

@@ -28,15 +28,16 @@ concept Mixer = requires(const M& m, const Var<typename M::value_type, typename 
 template <class MixerT, class FFN = MLP<typename MixerT::value_type, typename MixerT::backend_type, ReLU2>>
   requires Mixer<MixerT>
 struct Block {
-  using value_type = typename MixerT::value_type;
-  using backend_type = typename MixerT::backend_type;
-  using V = Var<value_type, backend_type>;
+  using value_type = typename MixerT::value_type;      ///< element type, the mixer's
+  using backend_type = typename MixerT::backend_type;  ///< backend, the mixer's
+  using V = Var<value_type, backend_type>;             ///< the activation type
 
-  MixerT mixer;
-  FFN ffn;
-  double norm_eps = 1e-6;
+  MixerT mixer;            ///< sequence mixer of the first residual branch
+  FFN ffn;                 ///< per-position feed-forward network of the second residual branch
+  double norm_eps = 1e-6;  ///< epsilon of both RMSNorms
 
   Block() = default;
+  /// Builds the block from a mixer and a feed-forward network.
   Block(MixerT m, FFN f) : mixer(std::move(m)), ffn(std::move(f)) {}
 
   /// x (batch, seq, d_model) -> (batch, seq, d_model)
@@ -45,6 +46,7 @@ struct Block {
     return h + ffn.forward(rmsnorm(h, norm_eps));
   }
 
+  /// Visits the mixer's parameters under "mixer" and the FFN's under "ffn", within `prefix`.
   template <class Visitor>
   void for_each_param(Visitor&& visit, const std::string& prefix = "") {
     mixer.for_each_param(visit, child_name(prefix, "mixer"));

@@ -37,7 +37,9 @@ struct Linear {
     if (with_bias) bias = Param<T, B>::zeros(Shape{out_features}, role == Role::mtp ? Role::mtp : Role::bias);
   }
 
+  /// Size of the input's last dimension (columns of weight).
   index_t in_features() const { return weight.shape()[1]; }
+  /// Size of the output's last dimension (rows of weight).
   index_t out_features() const { return weight.shape()[0]; }
 
   /// x (..., in) -> (..., out)

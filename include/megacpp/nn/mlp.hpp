@@ -13,11 +13,13 @@ namespace megacpp {
 
 /// relu(x)^2 activation policy.
 struct ReLU2 {
+  /// relu(x)^2, elementwise.
   template <class T, Backend B>
   static Var<T, B> apply(const Var<T, B>& x) { return relu2(x); }
 };
 /// silu(x) activation policy.
 struct SiLU {
+  /// silu(x) = x * sigmoid(x), elementwise.
   template <class T, Backend B>
   static Var<T, B> apply(const Var<T, B>& x) { return silu(x); }
 };
@@ -34,8 +36,10 @@ struct MLP {
       : fc(d_model, hidden ? hidden : 4 * d_model, rng),
         proj(hidden ? hidden : 4 * d_model, d_model, rng, LinearInit::zeros) {}
 
+  /// x (..., d) -> proj(Act(fc(x))) (..., d)
   Var<T, B> forward(const Var<T, B>& x) const { return proj.forward(Act::apply(fc.forward(x))); }
 
+  /// Visits the parameters of fc and proj under "fc" and "proj", within `prefix`.
   template <class Visitor>
   void for_each_param(Visitor&& visit, const std::string& prefix = "") {
     fc.for_each_param(visit, child_name(prefix, "fc"));

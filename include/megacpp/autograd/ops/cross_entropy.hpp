@@ -1,10 +1,12 @@
-// megacpp/autograd/ops/cross_entropy.hpp: cross-entropy over logits with a per-token loss mask.
-//
-//   loss_r = mask_r * (logsumexp(z_r) - z_r[target_r])
-//   cross_entropy = sum_r loss_r / sum_r mask_r     (mean over unmasked tokens)
-//   d/dz_r = g_r * mask_r * (softmax(z_r) - onehot(target_r))
-// Every target must be a valid id in [0, vocab), masked or not. An all-masked batch has no mean:
-// it is an error, never a NaN.
+/// \file
+/// megacpp/autograd/ops/cross_entropy.hpp: cross-entropy over logits with a per-token loss mask.
+///
+///     loss_r = mask_r * (logsumexp(z_r) - z_r[target_r])
+///     cross_entropy = sum_r loss_r / sum_r mask_r     (mean over unmasked tokens)
+///     d/dz_r = g_r * mask_r * (softmax(z_r) - onehot(target_r))
+///
+/// Every target must be a valid id in [0, vocab), masked or not. An all-masked batch has no mean:
+/// it is an error, never a NaN.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@ void check_cross_entropy_inputs(const char* op, const Shape& logits, const Tenso
 }
 }  // namespace detail
 
-// Per-token losses (...), masked tokens give 0. No reduction.
+/// Per-token losses (...), masked tokens give 0. No reduction.
 template <class T, Backend B>
 Var<T, B> cross_entropy_per_token(const Var<T, B>& logits, const Tensor<std::int32_t, B>& targets,
                                   const Tensor<T, B>& loss_mask = Tensor<T, B>()) {
@@ -48,7 +50,7 @@ Var<T, B> cross_entropy_per_token(const Var<T, B>& logits, const Tensor<std::int
   }, logits);
 }
 
-// Mean loss over the tokens whose loss_mask is non-zero (all tokens when no mask is given).
+/// Mean loss over the tokens whose loss_mask is non-zero (all tokens when no mask is given).
 template <class T, Backend B>
 Var<T, B> cross_entropy(const Var<T, B>& logits, const Tensor<std::int32_t, B>& targets,
                         const Tensor<T, B>& loss_mask = Tensor<T, B>()) {

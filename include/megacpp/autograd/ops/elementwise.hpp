@@ -1,8 +1,9 @@
-// megacpp/autograd/ops/elementwise.hpp: arithmetic with broadcasting, scalar ops, activations.
-//
-// Broadcasting is over leading dims: the smaller operand's shape must equal the trailing dims of
-// the larger one (x (B, T, D) + bias (D)), or have one element. The gradient of a broadcast
-// operand is the sum over the broadcast rows.
+/// \file
+/// megacpp/autograd/ops/elementwise.hpp: arithmetic with broadcasting, scalar ops, activations.
+///
+/// Broadcasting is over leading dims: the smaller operand's shape must equal the trailing dims of
+/// the larger one (x (B, T, D) + bias (D)), or have one element. The gradient of a broadcast
+/// operand is the sum over the broadcast rows.
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
@@ -91,24 +92,28 @@ Var<T, B> unary_op(const char* name, const Var<T, B>& x, Forward forward, Grad g
 }  // namespace detail
 
 // --- binary arithmetic -----------------------------------------------------------------------
+/// a + b, broadcasting over leading dims (see the file comment).
 template <class T, Backend B>
 Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
   return detail::binary_op("add", a, b, fn::Add{},
       [](auto& v, auto& p, auto g, auto, auto) { detail::accumulate_broadcast_grad(v, p.a_broadcast, p, fn::Identity{}, g); },
       [](auto& v, auto& p, auto g, auto, auto) { detail::accumulate_broadcast_grad(v, p.b_broadcast, p, fn::Identity{}, g); });
 }
+/// a - b, broadcasting over leading dims.
 template <class T, Backend B>
 Var<T, B> sub(const Var<T, B>& a, const Var<T, B>& b) {
   return detail::binary_op("sub", a, b, fn::Sub{},
       [](auto& v, auto& p, auto g, auto, auto) { detail::accumulate_broadcast_grad(v, p.a_broadcast, p, fn::Identity{}, g); },
       [](auto& v, auto& p, auto g, auto, auto) { detail::accumulate_broadcast_grad(v, p.b_broadcast, p, fn::Neg{}, g); });
 }
+/// a * b elementwise, broadcasting over leading dims.
 template <class T, Backend B>
 Var<T, B> mul(const Var<T, B>& a, const Var<T, B>& b) {
   return detail::binary_op("mul", a, b, fn::Mul{},
       [](auto& v, auto& p, auto g, auto, auto ib) { detail::accumulate_broadcast_grad(v, p.a_broadcast, p, fn::Mul{}, g, ib); },
       [](auto& v, auto& p, auto g, auto ia, auto) { detail::accumulate_broadcast_grad(v, p.b_broadcast, p, fn::Mul{}, g, ia); });
 }
+/// a / b elementwise, broadcasting over leading dims.
 template <class T, Backend B>
 Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
   return detail::binary_op("div", a, b, fn::Div{},
@@ -116,34 +121,49 @@ Var<T, B> div(const Var<T, B>& a, const Var<T, B>& b) {
       [](auto& v, auto& p, auto g, auto ia, auto ib) { detail::accumulate_broadcast_grad(v, p.b_broadcast, p, fn::DivRhsGrad{}, g, ia, ib); });
 }
 
+/// add(a, b)
 template <class T, Backend B> Var<T, B> operator+(const Var<T, B>& a, const Var<T, B>& b) { return add(a, b); }
+/// sub(a, b)
 template <class T, Backend B> Var<T, B> operator-(const Var<T, B>& a, const Var<T, B>& b) { return sub(a, b); }
+/// mul(a, b)
 template <class T, Backend B> Var<T, B> operator*(const Var<T, B>& a, const Var<T, B>& b) { return mul(a, b); }
+/// div(a, b)
 template <class T, Backend B> Var<T, B> operator/(const Var<T, B>& a, const Var<T, B>& b) { return div(a, b); }
 
 // --- scalar ops ------------------------------------------------------------------------------
-// y = s * x
+/// y = s * x
 template <class T, Backend B>
 Var<T, B> scale(const Var<T, B>& x, double s) {
   return detail::unary_op("scale", x, fn::Scale{s}, fn::ScaleGrad{s});
 }
+/// y = x + s
 template <class T, Backend B>
 Var<T, B> add_scalar(const Var<T, B>& x, double s) {
   return detail::unary_op("add_scalar", x, fn::AddScalar{s}, fn::ScaleGrad{1.0});
 }
+/// scale(x, -1)
 template <class T, Backend B> Var<T, B> operator-(const Var<T, B>& x) { return scale(x, -1.0); }
+/// scale(x, s)
 template <class T, Backend B> Var<T, B> operator*(const Var<T, B>& x, double s) { return scale(x, s); }
+/// scale(x, s)
 template <class T, Backend B> Var<T, B> operator*(double s, const Var<T, B>& x) { return scale(x, s); }
 
 // --- activations -----------------------------------------------------------------------------
+/// exp(x) elementwise.
 template <class T, Backend B> Var<T, B> exp(const Var<T, B>& x) { return detail::unary_op("exp", x, fn::Exp{}, fn::ExpGrad{}); }
+/// Natural log elementwise.
 template <class T, Backend B> Var<T, B> log(const Var<T, B>& x) { return detail::unary_op("log", x, fn::Log{}, fn::LogGrad{}); }
+/// tanh(x) elementwise.
 template <class T, Backend B> Var<T, B> tanh(const Var<T, B>& x) { return detail::unary_op("tanh", x, fn::Tanh{}, fn::TanhGrad{}); }
+/// 1 / (1 + exp(-x)) elementwise.
 template <class T, Backend B> Var<T, B> sigmoid(const Var<T, B>& x) { return detail::unary_op("sigmoid", x, fn::Sigmoid{}, fn::SigmoidGrad{}); }
+/// max(x, 0) elementwise.
 template <class T, Backend B> Var<T, B> relu(const Var<T, B>& x) { return detail::unary_op("relu", x, fn::Relu{}, fn::ReluGrad{}); }
+/// relu(x)^2 elementwise (the modded-nanogpt MLP activation).
 template <class T, Backend B> Var<T, B> relu2(const Var<T, B>& x) { return detail::unary_op("relu2", x, fn::Relu2{}, fn::Relu2Grad{}); }
+/// x * sigmoid(x) elementwise.
 template <class T, Backend B> Var<T, B> silu(const Var<T, B>& x) { return detail::unary_op("silu", x, fn::Silu{}, fn::SiluGrad{}); }
-// c * tanh(x / c): Gemma 2 soft-capping (attention scores c = 50, final logits c = 30).
+/// c * tanh(x / c): Gemma 2 soft-capping (attention scores c = 50, final logits c = 30).
 template <class T, Backend B>
 Var<T, B> softcap(const Var<T, B>& x, double cap) {
   check(cap > 0, "softcap", "cap must be positive, got ", cap);

@@ -1,4 +1,5 @@
-// megacpp/autograd/ops/embedding.hpp: row gather from a table; backward scatter-adds.
+/// \file
+/// megacpp/autograd/ops/embedding.hpp: row gather from a table; backward scatter-adds.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ void check_ids(const char* op, const Tensor<std::int32_t, B>& ids, index_t limit
 }
 }  // namespace detail
 
-// table (V, D), ids (...) -> (..., D).
+/// table (V, D), ids (...) -> (..., D).
 template <class T, Backend B>
 Var<T, B> embedding(const Var<T, B>& table, const Tensor<std::int32_t, B>& ids) {
   check(table.rank() == 2, "embedding", "table must be (vocab, dim), got shape ", table.shape());

@@ -1,11 +1,12 @@
-// megacpp/autograd/ops/matmul.hpp: batched matrix product with transpose flags.
-//
-// matmul(a, b, trans_a, trans_b) = op(a) op(b) over the last two dims, op(X) = X or X^T.
-//   a (..., M, K) [or (..., K, M) with trans_a], b (..., K, N) [or (..., N, K) with trans_b].
-// Leading (batch) dims must match, or one side is a plain matrix used for every batch entry.
-// x (B, T, D) @ W (D, N) runs as one (B*T, D) x (D, N) GEMM. Backward (C = op(A) op(B)):
-//   dA = dC op(B)^T  (stored transposed when trans_a: dA = op(B) dC^T)
-//   dB = op(A)^T dC  (stored transposed when trans_b: dB = dC^T op(A))
+/// \file
+/// megacpp/autograd/ops/matmul.hpp: batched matrix product with transpose flags.
+///
+/// matmul(a, b, trans_a, trans_b) = op(a) op(b) over the last two dims, op(X) = X or X^T.
+///   a (..., M, K) [or (..., K, M) with trans_a], b (..., K, N) [or (..., N, K) with trans_b].
+/// Leading (batch) dims must match, or one side is a plain matrix used for every batch entry.
+/// x (B, T, D) @ W (D, N) runs as one (B*T, D) x (D, N) GEMM. Backward (C = op(A) op(B)):
+///   dA = dC op(B)^T  (stored transposed when trans_a: dA = op(B) dC^T)
+///   dB = op(A)^T dC  (stored transposed when trans_b: dB = dC^T op(A))
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
@@ -85,6 +86,8 @@ inline MatmulGeometry matmul_geometry(const Shape& a, const Shape& b, bool ta, b
 
 }  // namespace detail
 
+/// op(a) op(b) over the last two dims, op(X) = X or X^T per flag; batched over leading dims
+/// (see the file comment). Transposes are flags, never copies.
 template <class T, Backend B>
 Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a = false, bool trans_b = false) {
   const detail::MatmulGeometry g = detail::matmul_geometry(a.shape(), b.shape(), trans_a, trans_b);

@@ -1,4 +1,5 @@
-// megacpp/autograd/ops/reduce.hpp: sum and mean over one axis or over everything.
+/// \file
+/// megacpp/autograd/ops/reduce.hpp: sum and mean over one axis or over everything.
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
@@ -24,16 +25,19 @@ Var<T, B> reduce_axis(const char* name, const Var<T, B>& x, int axis, bool keepd
 }
 }  // namespace detail
 
+/// Sum over `axis` (negative counts from the end); keepdim keeps it as size 1.
 template <class T, Backend B>
 Var<T, B> sum(const Var<T, B>& x, int axis, bool keepdim = false) { return detail::reduce_axis("sum", x, axis, keepdim, false); }
+/// Mean over `axis` (negative counts from the end); keepdim keeps it as size 1.
 template <class T, Backend B>
 Var<T, B> mean(const Var<T, B>& x, int axis, bool keepdim = false) { return detail::reduce_axis("mean", x, axis, keepdim, true); }
 
-// Sum / mean of every element: a one-element result of shape ().
+/// Sum / mean of every element: a one-element result of shape ().
 template <class T, Backend B>
 Var<T, B> sum(const Var<T, B>& x) {
   return detail::reduce_axis("sum", reshape_all(x), 0, false, false);
 }
+/// Mean of every element: a one-element result of shape () (throws for an empty x).
 template <class T, Backend B>
 Var<T, B> mean(const Var<T, B>& x) {
   check(x.numel() > 0, "mean", "mean of an empty tensor (shape ", x.shape(), ")");

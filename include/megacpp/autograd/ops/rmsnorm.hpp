@@ -1,6 +1,7 @@
-// megacpp/autograd/ops/rmsnorm.hpp: RMSNorm over the last axis, fused forward and backward.
-//   y = x / sqrt(mean(x^2) + eps) * gain      (Zhang & Sennrich, "Root Mean Square Layer
-//   Normalization", NeurIPS 2019; modded-nanogpt uses it without a gain)
+/// \file
+/// megacpp/autograd/ops/rmsnorm.hpp: RMSNorm over the last axis, fused forward and backward.
+///   y = x / sqrt(mean(x^2) + eps) * gain      (Zhang & Sennrich, "Root Mean Square Layer
+///   Normalization", NeurIPS 2019; modded-nanogpt uses it without a gain)
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
@@ -32,9 +33,10 @@ Var<T, B> rmsnorm_impl(const Var<T, B>& x, const Var<T, B>* gain, double eps) {
 }
 }  // namespace detail
 
+/// x / sqrt(mean(x^2) + eps) * gain over the last axis; gain has shape (last dim).
 template <class T, Backend B>
 Var<T, B> rmsnorm(const Var<T, B>& x, const Var<T, B>& gain, double eps = 1e-6) { return detail::rmsnorm_impl(x, &gain, eps); }
-// Without a learned gain (the modded-nanogpt default).
+/// Without a learned gain (the modded-nanogpt default).
 template <class T, Backend B>
 Var<T, B> rmsnorm(const Var<T, B>& x, double eps = 1e-6) { return detail::rmsnorm_impl<T, B>(x, nullptr, eps); }
 

@@ -1,10 +1,11 @@
-// megacpp/autograd/ops/rope.hpp: rotary position embedding, rotate-half layout.
-//
-// RoFormer (Su et al. 2021), in the GPT-NeoX/Llama "rotate half" layout: pairs (i, i + D/2) of
-// each head rotate by angle pos * inv_freq_i, inv_freq_i = theta^(-2i/D). Positions are passed in
-// (per-document positions restart at each document under packing). The frequency table is a
-// tensor so that YaRN or half-truncated RoPE are just other tables. The backward is the inverse
-// rotation (rotation matrices are orthogonal).
+/// \file
+/// megacpp/autograd/ops/rope.hpp: rotary position embedding, rotate-half layout.
+///
+/// RoFormer (Su et al. 2021), in the GPT-NeoX/Llama "rotate half" layout: pairs (i, i + D/2) of
+/// each head rotate by angle pos * inv_freq_i, inv_freq_i = theta^(-2i/D). Positions are passed in
+/// (per-document positions restart at each document under packing). The frequency table is a
+/// tensor so that YaRN or half-truncated RoPE are just other tables. The backward is the inverse
+/// rotation (rotation matrices are orthogonal).
 #pragma once
 
 #include <cmath>
@@ -15,7 +16,7 @@
 
 namespace megacpp {
 
-// inv_freq_i = theta^(-2i / head_dim), i in [0, head_dim / 2).
+/// inv_freq_i = theta^(-2i / head_dim), i in [0, head_dim / 2).
 template <class T, Backend B>
 Tensor<T, B> rope_inv_freq(index_t head_dim, double theta) {
   check(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be even and positive, got ", head_dim);
@@ -26,7 +27,7 @@ Tensor<T, B> rope_inv_freq(index_t head_dim, double theta) {
   return Tensor<T, B>::from_host(Shape{head_dim / 2}, f);
 }
 
-// x (..., heads, head_dim), positions (...) with one position per token, inv_freq (head_dim / 2).
+/// x (..., heads, head_dim), positions (...) with one position per token, inv_freq (head_dim / 2).
 template <class T, Backend B>
 Var<T, B> rope(const Var<T, B>& x, const Tensor<std::int32_t, B>& positions, const Tensor<T, B>& inv_freq) {
   check(x.rank() >= 2, "rope", "x must be (..., heads, head_dim), got shape ", x.shape());
@@ -41,6 +42,7 @@ Var<T, B> rope(const Var<T, B>& x, const Tensor<std::int32_t, B>& positions, con
     B::template rope<T>(tokens, heads, dim, positions.data(), inv_freq.data(), -1, g.data(), T(1), x.grad_buffer().data());
   }, x);
 }
+/// Same, with the standard table rope_inv_freq(head_dim, theta).
 template <class T, Backend B>
 Var<T, B> rope(const Var<T, B>& x, const Tensor<std::int32_t, B>& positions, double theta = 10000.0) {
   check(x.rank() >= 2, "rope", "x must be (..., heads, head_dim), got shape ", x.shape());

@@ -1,7 +1,8 @@
-// megacpp/autograd/ops/shape.hpp: reshape, transpose, slice, concat and element-type casts.
-//
-// Tensors are contiguous, so reshape is a view while transpose, slice and concat copy (each
-// copy is one strided kernel; backward is the same kernel run the other way, accumulating).
+/// \file
+/// megacpp/autograd/ops/shape.hpp: reshape, transpose, slice, concat and element-type casts.
+///
+/// Tensors are contiguous, so reshape is a view while transpose, slice and concat copy (each
+/// copy is one strided kernel; backward is the same kernel run the other way, accumulating).
 #pragma once
 
 #include <vector>
@@ -11,7 +12,7 @@
 
 namespace megacpp {
 
-// Same data, new shape (one dim may be -1).
+/// Same data, new shape (one dim may be -1).
 template <class T, Backend B>
 Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   Tensor<T, B> y = x.value().reshape(shape);
@@ -20,15 +21,16 @@ Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
     B::template map<T>(1, x.numel(), fn::Add{}, gx, In<T>{gx}, In<T>{g.data()});
   }, x);
 }
+/// Same, with the dims as a braced list: reshape(x, {-1, d}).
 template <class T, Backend B>
 Var<T, B> reshape(const Var<T, B>& x, std::initializer_list<index_t> dims) {
   return reshape(x, x.value().reshape(dims).shape());
 }
-// Flattens to one dim.
+/// Flattens to one dim.
 template <class T, Backend B>
 Var<T, B> reshape_all(const Var<T, B>& x) { return reshape(x, Shape{x.numel()}); }
 
-// Swaps two axes (copies).
+/// Swaps two axes (copies).
 template <class T, Backend B>
 Var<T, B> transpose(const Var<T, B>& x, int axis0, int axis1) {
   const Shape& s = x.shape();
@@ -47,7 +49,7 @@ Var<T, B> transpose(const Var<T, B>& x, int axis0, int axis1) {
   }, x);
 }
 
-// Elements [begin, end) along `axis` (copies).
+/// Elements [begin, end) along `axis` (copies).
 template <class T, Backend B>
 Var<T, B> slice(const Var<T, B>& x, int axis, index_t begin, index_t end) {
   const Shape& s = x.shape();
@@ -62,7 +64,7 @@ Var<T, B> slice(const Var<T, B>& x, int axis, index_t begin, index_t end) {
   }, x);
 }
 
-// Joins tensors along `axis`; all other dims must agree.
+/// Joins tensors along `axis`; all other dims must agree.
 template <class T, Backend B>
 Var<T, B> concat(const std::vector<Var<T, B>>& xs, int axis) {
   check(!xs.empty(), "concat", "needs at least one tensor");
@@ -94,7 +96,7 @@ Var<T, B> concat(const std::vector<Var<T, B>>& xs, int axis) {
   }, xs);
 }
 
-// Element-type conversion between compute types (float <-> double); the gradient converts back.
+/// Element-type conversion between compute types (float <-> double); the gradient converts back.
 template <class U, class T, Backend B>
 Var<U, B> cast(const Var<T, B>& x) {
   return make_result("cast", x.value().template to<U>(), [x](const Tensor<U, B>& g) mutable {

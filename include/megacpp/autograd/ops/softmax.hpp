@@ -1,13 +1,17 @@
-// megacpp/autograd/ops/softmax.hpp: softmax and log-softmax over the last axis.
-//   softmax:     y = exp(x - max) / sum exp(x - max);   dx = y * (dy - sum(dy * y))
-//   log_softmax: y = x - logsumexp(x);                  dx = dy - exp(y) * sum(dy)
-// A row that is entirely -inf (fully masked) has softmax 0, not NaN.
+/// \file
+/// megacpp/autograd/ops/softmax.hpp: softmax and log-softmax over the last axis.
+///
+///     softmax:     y = exp(x - max) / sum exp(x - max);   dx = y * (dy - sum(dy * y))
+///     log_softmax: y = x - logsumexp(x);                  dx = dy - exp(y) * sum(dy)
+///
+/// A row that is entirely -inf (fully masked) has softmax 0, not NaN.
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
 
 namespace megacpp {
 
+/// Softmax over the last axis (an all -inf row gives zeros, not NaN).
 template <class T, Backend B>
 Var<T, B> softmax(const Var<T, B>& x) {
   check(x.rank() >= 1, "softmax", "needs at least one dim, got shape ", x.shape());
@@ -19,6 +23,7 @@ Var<T, B> softmax(const Var<T, B>& x) {
   }, x);
 }
 
+/// x - logsumexp(x) over the last axis.
 template <class T, Backend B>
 Var<T, B> log_softmax(const Var<T, B>& x) {
   check(x.rank() >= 1, "log_softmax", "needs at least one dim, got shape ", x.shape());
