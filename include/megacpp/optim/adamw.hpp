@@ -1,0 +1,153 @@
+// megacpp/optim/adamw.hpp: AdamW, Adam with decoupled weight decay.
+//
+// Per parameter p with gradient g, at its step t (counted per parameter, so a reset restarts its
+// bias correction) (Kingma & Ba 2015, Algorithm 1; Loshchilov & Hutter 2019, Algorithm 2; the
+// operation order of PyTorch's single-tensor torch.optim.AdamW):
+//   m = m + (1 - beta1) (g - m)                        (exp_avg.lerp_(g, 1 - beta1))
+//   v = beta2 v + (1 - beta2) g^2
+//   p = p (1 - lr wd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - beta_i^t
+// State is kept in the parameter's element type (fp32 for fp32 parameters; bf16 is never used
+// for moments), allocated as zeros at construction so a fresh optimiser can load a checkpoint.
+//
+// AdamW takes any Role and any rank; the Hybrid optimiser decides which parameters come here
+// (everything but 2-D hidden matrices) and which groups decay.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "megacpp/optim/functors.hpp"
+#include "megacpp/optim/param_group.hpp"
+#include "megacpp/optim/state.hpp"
+
+namespace megacpp::optim {
+
+/// Hyper-parameters of an AdamW parameter group.
+struct AdamWOptions {
+  double lr = 1e-3;           ///< learning rate (multiplied by the schedule's lr scale)
+  double beta1 = 0.9;         ///< first-moment decay
+  double beta2 = 0.999;       ///< second-moment decay
+  double eps = 1e-8;          ///< added to the bias-corrected sqrt(v)
+  double weight_decay = 0.0;  ///< decoupled: p *= 1 - lr * weight_decay before the update
+};
+
+namespace detail {
+inline void validate_adamw_options(const AdamWOptions& o, const std::string& group) {
+  check(std::isfinite(o.lr) && o.lr >= 0, "AdamW", "group '", group, "': lr must be finite and >= 0, got ", o.lr);
+  check(o.beta1 >= 0 && o.beta1 < 1, "AdamW", "group '", group, "': beta1 must be in [0, 1), got ", o.beta1);
+  check(o.beta2 >= 0 && o.beta2 < 1, "AdamW", "group '", group, "': beta2 must be in [0, 1), got ", o.beta2);
+  check(std::isfinite(o.eps) && o.eps > 0, "AdamW", "group '", group, "': eps must be finite and > 0, got ", o.eps);
+  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "AdamW", "group '", group,
+        "': weight_decay must be finite and >= 0, got ", o.weight_decay);
+}
+}  // namespace detail
+
+/// AdamW over groups of parameters of any shape and Role.
+template <class T, Backend B>
+class AdamW {
+ public:
+  using value_type = T;                          ///< element type of parameters and state
+  using backend_type = B;                        ///< backend of parameters and state
+  using Group = ParamGroup<AdamWOptions, T, B>;  ///< a group of parameters with its options
+
+  /// AdamW over `groups`; throws for a parameter listed twice and for invalid options.
+  explicit AdamW(std::vector<Group> groups) : groups_(std::move(groups)) {
+    detail::check_unique_params("AdamW", groups_);
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+      detail::validate_adamw_options(groups_[gi].options, groups_[gi].name);
+      for (const ParamRef<T, B>& p : groups_[gi].params) {
+        slot_of_.emplace(p.name, slots_.size());
+        slots_.push_back(Slot{p, gi, Tensor<T, B>::zeros(p.shape()), Tensor<T, B>::zeros(p.shape()), 0});
+      }
+    }
+  }
+  /// AdamW over `params` as one group "adamw" with `options`.
+  explicit AdamW(std::vector<ParamRef<T, B>> params, AdamWOptions options = {})
+      : AdamW(std::vector<Group>{Group{"adamw", options, std::move(params)}}) {}
+
+  /// One update of every parameter that has a gradient (the others keep their state and step).
+  void step() {
+    for (Slot& s : slots_) {
+      if (!s.param.has_grad()) continue;
+      check(s.param.grad().shape() == s.param.shape(), "AdamW::step", "gradient of '", s.param.name, "' has shape ",
+            s.param.grad().shape(), " but the parameter is ", s.param.shape());
+      const AdamWOptions& o = groups_[s.group].options;
+      ++s.step;
+      const double lr = o.lr * lr_scale_;
+      const double bc1 = 1.0 - std::pow(o.beta1, static_cast<double>(s.step));
+      const double bc2 = 1.0 - std::pow(o.beta2, static_cast<double>(s.step));
+      const index_t n = s.param.shape().numel();
+      const T* g = s.param.grad().data();
+      T* m = s.exp_avg.data();
+      T* v = s.exp_avg_sq.data();
+      T* p = s.param.value().data();
+      B::template map<T>(1, n, fn::Lerp{1.0 - o.beta1}, m, In<T>{m}, In<T>{g});
+      B::template map<T>(1, n, fn::EmaSquare{o.beta2}, v, In<T>{v}, In<T>{g});
+      B::template map<T>(1, n, fn::AdamWUpdate{1.0 - lr * o.weight_decay, lr / bc1, std::sqrt(bc2), o.eps}, p, In<T>{p},
+                         In<T>{m}, In<T>{v});
+    }
+  }
+
+  /// Forgets every parameter's gradient.
+  void zero_grad() {
+    for (Slot& s : slots_) s.param.var.zero_grad();
+  }
+  /// Multiplies every group's lr by `scale` from the next step on (the LR schedule's value).
+  void set_lr_scale(double scale) {
+    check(std::isfinite(scale) && scale >= 0, "AdamW::set_lr_scale", "scale must be finite and >= 0, got ", scale);
+    lr_scale_ = scale;
+  }
+  /// The current lr multiplier.
+  double lr_scale() const { return lr_scale_; }
+
+  /// Visits the state: per parameter "exp_avg.<name>" and "exp_avg_sq.<name>" (Tensor<T, B>&)
+  /// and "step.<name>" (std::int64_t&).
+  template <class Visitor>
+  void for_each_state(Visitor&& visit) {
+    for (Slot& s : slots_) {
+      visit("exp_avg." + s.param.name, s.exp_avg);
+      visit("exp_avg_sq." + s.param.name, s.exp_avg_sq);
+      visit("step." + s.param.name, s.step);
+    }
+  }
+  /// Zeroes the moments and the step count of the named parameters (FIRE, ReDo), so their bias
+  /// correction restarts; throws naming any name this optimiser does not own, before changing
+  /// anything.
+  void reset_state(const std::vector<std::string>& names) {
+    for (const std::string& n : names)
+      check(owns(n), "AdamW::reset_state", "no parameter named '", n, "' in this optimiser");
+    for (const std::string& n : names) {
+      Slot& s = slots_[slot_of_.at(n)];
+      s.exp_avg.fill(T(0));
+      s.exp_avg_sq.fill(T(0));
+      s.step = 0;
+    }
+  }
+  /// True when `name` is one of this optimiser's parameters.
+  bool owns(const std::string& name) const { return slot_of_.count(name) > 0; }
+
+  /// The parameter groups.
+  const std::vector<Group>& groups() const { return groups_; }
+  /// Number of parameters.
+  std::size_t size() const { return slots_.size(); }
+
+ private:
+  struct Slot {
+    ParamRef<T, B> param;
+    std::size_t group;
+    Tensor<T, B> exp_avg;     // m: parameter's shape
+    Tensor<T, B> exp_avg_sq;  // v: parameter's shape
+    std::int64_t step;        // steps taken by this parameter
+  };
+
+  std::vector<Group> groups_;
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, std::size_t> slot_of_;
+  double lr_scale_ = 1.0;
+};
+
+}  // namespace megacpp::optim

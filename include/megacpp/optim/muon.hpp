@@ -1,0 +1,228 @@
+// megacpp/optim/muon.hpp: Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al., 2024).
+//
+// For each 2-D hidden matrix W with gradient g (modded-nanogpt Muon.step; seed 003; RECIPE.md):
+//   buf = m buf + (1 - m) g                      (buf.lerp_(g, 1 - m))
+//   g'  = (1 - m) g + m buf   if nesterov, else buf   (g.lerp_(buf, m))
+//   O   = NewtonSchulz<Coefficients>(g')          (newton_schulz.hpp; NS5 by default)
+//   W   = W (1 - lr wd) - lr scale(R, C) O        (decoupled weight decay; ShapeScale policy)
+// with m = 0.95 and nesterov on by default; weight decay is off unless a group sets it.
+//
+// Muon takes only Role::matrix parameters of rank 2. An MTP parameter is a hard error naming it
+// (RECIPE.md: "Putting an MTP parameter under Muon is a hard error"); other roles are errors too,
+// since AdamW owns embeddings, heads, norms, biases, scalars and routers.
+//
+// Distributed: step(comm) shards the Newton-Schulz work round-robin over comm's ranks and
+// all-gathers the updates (distributed.hpp). Momentum buffers are updated for every parameter on
+// every rank (an elementwise pass, cheap beside NS), so every rank holds the full state: any rank's
+// checkpoint is complete, and a run can resume at another world size.
+//
+// The update never records a graph: it runs Backend kernels on the parameters' tensors.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "megacpp/optim/distributed.hpp"
+#include "megacpp/optim/functors.hpp"
+#include "megacpp/optim/muon_scale.hpp"
+#include "megacpp/optim/newton_schulz.hpp"
+#include "megacpp/optim/param_group.hpp"
+#include "megacpp/optim/state.hpp"
+
+namespace megacpp::optim {
+
+/// Hyper-parameters of a Muon parameter group.
+struct MuonOptions {
+  double lr = 0.02;           ///< learning rate (multiplied by the schedule's lr scale)
+  double momentum = 0.95;     ///< m in buf = m buf + (1 - m) g
+  bool nesterov = true;       ///< use (1 - m) g + m buf instead of buf
+  int ns_steps = 0;           ///< Newton-Schulz steps; 0 takes the coefficient policy's default (5)
+  double weight_decay = 0.0;  ///< decoupled: W *= 1 - lr * weight_decay before the update
+};
+
+namespace detail {
+inline void validate_muon_options(const MuonOptions& o, const std::string& group) {
+  check(std::isfinite(o.lr) && o.lr >= 0, "Muon", "group '", group, "': lr must be finite and >= 0, got ", o.lr);
+  check(o.momentum >= 0 && o.momentum < 1, "Muon", "group '", group, "': momentum must be in [0, 1), got ", o.momentum);
+  check(o.ns_steps >= 0, "Muon", "group '", group, "': ns_steps must be >= 0 (0 = policy default), got ", o.ns_steps);
+  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "Muon", "group '", group,
+        "': weight_decay must be finite and >= 0, got ", o.weight_decay);
+}
+}  // namespace detail
+
+/// Muon over groups of 2-D Role::matrix parameters. `Coefficients` is the Newton-Schulz policy
+/// (NS5, PolarExpress), `ShapeScale` the update's shape rule (SqrtAspectScale, MoonlightScale).
+template <class T, Backend B, NsCoefficients Coefficients = NS5, MuonShapeScale ShapeScale = SqrtAspectScale>
+class Muon {
+ public:
+  using value_type = T;                            ///< element type of parameters and state
+  using backend_type = B;                          ///< backend of parameters and state
+  using coefficients = Coefficients;               ///< Newton-Schulz policy
+  using shape_scale = ShapeScale;                  ///< update scale policy
+  using Group = ParamGroup<MuonOptions, T, B>;     ///< a group of parameters with its options
+
+  /// Muon over `groups`; throws for a parameter that is not a 2-D Role::matrix (naming it), for
+  /// a parameter listed twice and for invalid options.
+  explicit Muon(std::vector<Group> groups) : groups_(std::move(groups)) {
+    detail::check_unique_params("Muon", groups_);
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+      const Group& g = groups_[gi];
+      detail::validate_muon_options(g.options, g.name);
+      for (const ParamRef<T, B>& p : g.params) {
+        check(p.role != Role::mtp, "Muon", "parameter '", p.name,
+              "' has Role::mtp: MTP parameters must never be optimised by Muon (RECIPE.md \"Optimizers\"); "
+              "give it to AdamW (Hybrid's default routing does)");
+        check(p.role == Role::matrix, "Muon", "parameter '", p.name, "' has Role::", role_name(p.role),
+              ": Muon takes only Role::matrix (2-D hidden weights); route it to AdamW");
+        check(p.shape().rank() == 2, "Muon", "parameter '", p.name, "' has shape ", p.shape(),
+              ": Muon needs a 2-D matrix (view a higher-rank weight as (out, rest) in the layer)");
+        check(p.shape().numel() > 0, "Muon", "parameter '", p.name, "' has shape ", p.shape(), ": nothing to orthogonalise");
+        Slot s{p, gi, Tensor<T, B>::zeros(p.shape()), p.shape()[0], p.shape()[1]};
+        max_numel_ = std::max(max_numel_, s.rows * s.cols);
+        slot_of_.emplace(p.name, slots_.size());
+        slots_.push_back(std::move(s));
+      }
+    }
+    if (max_numel_ > 0) send_ = Tensor<T, B>(Shape{max_numel_});
+  }
+  /// Muon over `params` as one group "muon" with `options`.
+  explicit Muon(std::vector<ParamRef<T, B>> params, MuonOptions options = {})
+      : Muon(std::vector<Group>{Group{"muon", options, std::move(params)}}) {}
+
+  /// One update on this process alone (world size 1).
+  void step() {
+    SingleProcessGather single;
+    step(single);
+  }
+
+  /// One update with the Newton-Schulz work shared over `comm`'s ranks (every rank calls it with
+  /// the same parameters and gradients; the result is bitwise the same as step()). Parameters
+  /// without a gradient are skipped (their momentum is not decayed).
+  template <class Comm>
+    requires GatherComm<Comm, T, B>
+  void step(Comm& comm) {
+    const int world = comm.size(), rank = comm.rank();
+    check(world >= 1 && rank >= 0 && rank < world, "Muon::step", "communicator has rank ", rank, " of ", world);
+    std::vector<std::size_t> active;  // slots with a gradient, in order: the same on every rank
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.param.has_grad()) continue;
+      check(s.param.grad().shape() == s.param.shape(), "Muon::step", "gradient of '", s.param.name, "' has shape ",
+            s.param.grad().shape(), " but the parameter is ", s.param.shape());
+      active.push_back(i);
+    }
+    // buf = m buf + (1 - m) g for every parameter on every rank (replicated state).
+    for (std::size_t i : active) {
+      Slot& s = slots_[i];
+      const double m = groups_[s.group].options.momentum;
+      T* buf = s.momentum_buffer.data();
+      B::template map<T>(1, s.rows * s.cols, fn::Lerp{1.0 - m}, buf, In<T>{buf}, In<T>{s.param.grad().data()});
+    }
+    if (world > 1 && recv_.numel() < world * max_numel_) recv_ = Tensor<T, B>(Shape{world * max_numel_});
+    const ShardPlan plan(static_cast<index_t>(active.size()), world);
+    for (index_t k = 0; k < plan.chunks(); ++k) {
+      const index_t begin = plan.chunk_begin(k), end = plan.chunk_end(k);
+      index_t count = 0;  // the chunk's largest update: every rank sends this many elements
+      for (index_t j = begin; j < end; ++j) count = std::max(count, slots_[active[static_cast<std::size_t>(j)]].numel());
+      const index_t mine = begin + rank;
+      if (mine < end) orthogonalise(slots_[active[static_cast<std::size_t>(mine)]], send_.data());
+      const T* updates = send_.data();
+      if (world > 1) {
+        comm.template all_gather<T, B>(send_.data(), count, recv_.data());
+        updates = recv_.data();
+      }
+      for (index_t j = begin; j < end; ++j) apply(slots_[active[static_cast<std::size_t>(j)]], updates + (j - begin) * count);
+    }
+  }
+
+  /// Forgets every parameter's gradient.
+  void zero_grad() {
+    for (Slot& s : slots_) s.param.var.zero_grad();
+  }
+  /// Multiplies every group's lr by `scale` from the next step on (the LR schedule's value).
+  void set_lr_scale(double scale) {
+    check(std::isfinite(scale) && scale >= 0, "Muon::set_lr_scale", "scale must be finite and >= 0, got ", scale);
+    lr_scale_ = scale;
+  }
+  /// The current lr multiplier.
+  double lr_scale() const { return lr_scale_; }
+  /// Sets every group's momentum (Muon momentum warmup, schedule.hpp).
+  void set_momentum(double m) {
+    check(m >= 0 && m < 1, "Muon::set_momentum", "momentum must be in [0, 1), got ", m);
+    for (Group& g : groups_) g.options.momentum = m;
+  }
+
+  /// Visits the state: visit("momentum_buffer.<param name>", Tensor<T, B>&) per parameter.
+  template <class Visitor>
+  void for_each_state(Visitor&& visit) {
+    for (Slot& s : slots_) visit("momentum_buffer." + s.param.name, s.momentum_buffer);
+  }
+  /// Zeroes the momentum of the named parameters (FIRE, ReDo); throws naming any name this
+  /// optimiser does not own, before changing anything.
+  void reset_state(const std::vector<std::string>& names) {
+    for (const std::string& n : names)
+      check(owns(n), "Muon::reset_state", "no parameter named '", n, "' in this optimiser");
+    for (const std::string& n : names) slots_[slot_of_.at(n)].momentum_buffer.fill(T(0));
+  }
+  /// True when `name` is one of this optimiser's parameters.
+  bool owns(const std::string& name) const { return slot_of_.count(name) > 0; }
+
+  /// The parameter groups (options as currently set).
+  const std::vector<Group>& groups() const { return groups_; }
+  /// Number of parameters.
+  std::size_t size() const { return slots_.size(); }
+  /// Newton-Schulz steps a group runs.
+  static int ns_steps(const MuonOptions& o) { return o.ns_steps > 0 ? o.ns_steps : Coefficients::default_steps; }
+
+ private:
+  struct Slot {
+    ParamRef<T, B> param;
+    std::size_t group;
+    Tensor<T, B> momentum_buffer;  // (rows, cols)
+    index_t rows, cols;
+    index_t numel() const { return rows * cols; }
+  };
+
+  NsWorkspace<T, B>& workspace(index_t rows, index_t cols) {
+    auto it = workspaces_.find({rows, cols});
+    if (it == workspaces_.end()) it = workspaces_.emplace(std::pair{rows, cols}, NsWorkspace<T, B>(rows, cols)).first;
+    return it->second;
+  }
+
+  // out[0, numel) = NewtonSchulz(g') with g' the Nesterov mix (or the momentum buffer).
+  void orthogonalise(Slot& s, T* out) {
+    const MuonOptions& o = groups_[s.group].options;
+    NsWorkspace<T, B>& ws = workspace(s.rows, s.cols);
+    const T* g = s.momentum_buffer.data();
+    if (o.nesterov) {  // g' = g.lerp(buf, m) = (1 - m) g + m buf
+      B::template map<T>(1, s.numel(), fn::Lerp{o.momentum}, ws.input.data(), In<T>{s.param.grad().data()},
+                         In<T>{s.momentum_buffer.data()});
+      g = ws.input.data();
+    }
+    newton_schulz<Coefficients, T, B>(g, out, ws, ns_steps(o));
+  }
+
+  // W = W (1 - lr wd) - lr scale(R, C) O
+  void apply(Slot& s, const T* update) {
+    const MuonOptions& o = groups_[s.group].options;
+    const double lr = o.lr * lr_scale_;
+    T* w = s.param.value().data();
+    B::template map<T>(1, s.numel(), fn::MuonUpdate{1.0 - lr * o.weight_decay, lr * ShapeScale::factor(s.rows, s.cols)},
+                       w, In<T>{w}, In<T>{update});
+  }
+
+  std::vector<Group> groups_;
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, std::size_t> slot_of_;
+  std::map<std::pair<index_t, index_t>, NsWorkspace<T, B>> workspaces_;  // by (rows, cols)
+  Tensor<T, B> send_;  // this rank's update: (max numel)
+  Tensor<T, B> recv_;  // every rank's updates of a chunk: (world * max numel)
+  index_t max_numel_ = 0;
+  double lr_scale_ = 1.0;
+};
+
+}  // namespace megacpp::optim
