@@ -68,9 +68,10 @@ inline constexpr index_t kGemmSplitGrain = 48;
 
 // Up to this many threads a product is split into independent blocks (gemm_split); beyond it
 // Eigen's own parallel GEMM runs. Every block packs the whole shared operand, so the redundant
-// packing grows with the thread count: computing a 2048^3 product as 2 row blocks costs ~5%
-// more single-threaded work than as one, as 16 row blocks ~50% more. Eigen packs each panel
-// once and shares it, which should win on many cores; only 2 threads could be measured here.
+// packing grows with the thread count: computed on one thread as 2 row blocks, a 1024^3 or
+// 2048^3 product takes 4-6% longer than as one block, as 16 row blocks 55-65% longer. Eigen
+// packs each panel once and shares it, which should win on many cores; only 2 threads could be
+// measured here.
 inline constexpr int kGemmMaxSplitThreads = 2;
 
 // Threads for one product of `macs` multiply-adds: 1 below 2 * kGemmMinMacsPerThread.
@@ -86,10 +87,10 @@ inline int gemm_threads(index_t macs) {
 // Why not Eigen's own OpenMP split: its threads share packed panels of op(A) and wait on each
 // other at every depth block, so one late thread (a preempted vCPU, a busy hyperthread sibling)
 // stalls all of them. Independent blocks cost one extra packing of the shared operand per thread
-// (k n floats, beside m n k / threads multiply-adds) and on 2 threads measured 5-40% faster on
-// the 2-vCPU dev box at every size from 96^3 to 2048^3 (bench/gemm.cpp prints both). Each
-// element of C is still computed by one thread in a fixed order: bitwise reproducible for a
-// given thread count.
+// (k n floats, beside m n k / threads multiply-adds). On 2 threads of the 2-vCPU dev box they
+// measured as fast as Eigen's split or faster at every size from 48^3 to 2048^3: 1.3-1.9x at
+// 96^3-128^3, 1.1-1.2x at 1024^3-2048^3 (bench/gemm.cpp prints both). Each element of C is
+// still computed by one thread in a fixed order: bitwise reproducible for a given thread count.
 template <class T>
 void gemm_split(const GemmArgs& g, int threads, T alpha, const T* A, const T* B, T beta, T* C) {
   const bool by_rows = g.m >= g.n;
