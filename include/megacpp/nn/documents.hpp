@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "megacpp/core/tensor.hpp"
@@ -24,14 +25,15 @@ enum class Positions {
 
 /// A contiguous run of one document inside one row: tokens [start, start + length).
 struct DocumentSpan {
-  index_t start = 0;
-  index_t length = 0;
+  index_t start = 0;   ///< first token of the document in its row
+  index_t length = 0;  ///< tokens in the document
 };
 
 /// Document structure of a packed (batch, seq) block of tokens, on the host and on backend B.
 template <Backend B>
 struct DocumentLayout {
-  index_t batch = 0, seq = 0;
+  index_t batch = 0;  ///< rows
+  index_t seq = 0;    ///< tokens per row
   Tensor<std::int32_t, B> doc_ids;    ///< (batch, seq): cumsum(input_ids == BOS) per row
   Tensor<std::int32_t, B> positions;  ///< (batch, seq): RoPE positions
   std::vector<std::int32_t> doc_ids_host;          ///< the same ids on the host, row-major
@@ -75,6 +77,13 @@ struct DocumentLayout {
   static DocumentLayout single_document(index_t batch, index_t seq) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq), 1);
     return from_tokens(ids, batch, seq, /*bos_id=*/-1, Positions::absolute);
+  }
+
+  /// Throws megacpp::Error naming `op` unless this layout describes exactly (batch, seq) tokens:
+  /// documents derived from one batch must not be applied to another.
+  void check_matches(const std::string& op, index_t input_batch, index_t input_seq) const {
+    check(batch == input_batch && seq == input_seq, op, "document layout is for (batch, seq) = (", batch, ", ", seq,
+          ") but the input has (", input_batch, ", ", input_seq, "): derive the layout from this batch's input_ids");
   }
 
   /// True when tokens (b, t1) and (b, t2) belong to the same document.

@@ -1,0 +1,101 @@
+// bench_train_step: one full training step (forward, backward, AdamW) of the dense reference
+// model and of an "AAM" hybrid of the same width: tokens/s and MFU.
+//
+// Issue 6 configuration: V = 8192, d = 512, 4 layers, 8 heads / 2 kv heads, T = 1024, B = 4,
+// 8 documents per row (BOS every 128 tokens), fp32. MFU = model FLOPs per second / the
+// Cpu::gemm rate measured in the same run (2048^3), model FLOPs = 6 x (matrix parameters incl.
+// the tied head) per token + 6 x the attention products actually computed (QK^T and PV, causal
+// within documents): the useful work of a step, not what the kernels happen to execute.
+#include <chrono>
+#include <cstdio>
+
+#include "bench_common.hpp"
+#include "megacpp/nn/model.hpp"
+#include "megacpp/optim.hpp"
+
+using namespace megacpp;
+
+namespace {
+inline constexpr Dims kBenchDims{.d_model = 512, .n_layers = 4, .n_heads = 8, .n_kv_heads = 2, .vocab = 8192,
+                                 .mamba_d_state = 128, .mamba_headdim = 64, .mamba_expand = 2, .max_seq = 4096};
+using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A">;
+using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM">;
+constexpr index_t kBatch = 4, kSeq = 1024, kDocLen = 128;
+constexpr std::int32_t kBos = 0;
+
+double gemm_gflops(const bench::BenchArgs& args) {
+  const index_t n = 2048;
+  Rng rng(1);
+  const auto a = randn<float, Cpu>({n, n}, rng), b = randn<float, Cpu>({n, n}, rng);
+  CpuTensor<float> c(Shape{n, n});
+  GemmArgs g;
+  g.m = g.n = g.k = g.lda = g.ldb = g.ldc = n;
+  const auto t = bench::time_interleaved({{"gemm", [&] { Cpu::gemm<float>(g, 1.0f, a.data(), b.data(), 0.0f, c.data()); }}},
+                                         args.quick ? 0.3 : 2.0, 3);
+  return 2.0 * n * n * n / t[0].median_s * 1e-9;
+}
+
+struct StepFigures {
+  double seconds = 0, tokens_per_s = 0, model_gflop = 0, loss = 0;
+};
+
+template <class Model>
+StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
+  Model model(0);
+  std::fputs(model.summary().c_str(), stdout);
+  optim::AdamW<float, Cpu> opt(optim::collect_params<float, Cpu>(model), optim::AdamWOptions{.lr = 1e-3});
+  Rng rng(2);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kSeq)), targets(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = i % kDocLen == 0 ? kBos : static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
+    targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
+  }
+  const auto docs = Model::documents(ids, kBatch, kSeq, kBos);
+  const auto in = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, ids);
+  const auto tg = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, targets);
+  const auto mask = CpuTensor<float>::full({kBatch, kSeq}, 1.0f);
+  StepFigures f;
+  auto step = [&] {
+    const auto loss = model.loss(in, tg, mask, docs);
+    f.loss = loss.item();
+    backward(loss);
+    opt.step();
+    opt.zero_grad();
+  };
+  const auto t = bench::time_interleaved({{name, step}}, args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  f.seconds = t[0].median_s;
+  f.tokens_per_s = static_cast<double>(kBatch * kSeq) / f.seconds;
+  // Useful FLOPs: 6 x matrix params (the embedding counts once, as the head's GEMM) per token,
+  // plus attention: per attention layer and token, 2 products x 2 FLOPs x heads x head_dim x
+  // (keys attended = position in document + 1, mean (kDocLen + 1) / 2), times 3 for training.
+  index_t matrix_params = 0;
+  model.for_each_param([&](const std::string&, Param<float, Cpu>& p) {
+    if (p.shape().rank() == 2) matrix_params += p.numel();
+  });
+  index_t attention_layers = 0;
+  for (index_t l = 0; l < kBenchDims.n_layers; ++l) attention_layers += Model::pattern()[l % std::char_traits<char>::length(Model::pattern())] == 'A';
+  const double attn_per_token = 3.0 * 2 * 2 * kBenchDims.n_heads * kBenchDims.attention_head_dim() * (kDocLen + 1) / 2.0;
+  f.model_gflop = (6.0 * static_cast<double>(matrix_params) + attention_layers * attn_per_token) * kBatch * kSeq * 1e-9;
+  std::printf("%-7s step %.1f ms, %.0f tokens/s, %.1f GFLOP/step useful, %.1f GFLOP/s, loss %.4f\n\n", name,
+              f.seconds * 1e3, f.tokens_per_s, f.model_gflop, f.model_gflop / f.seconds, f.loss);
+  return f;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bench::BenchArgs args = bench::parse_args(argc, argv);
+  bench::print_system_info("train_step",
+                           "fp32, V 8192, d 512, 4 layers, 8/2 heads, T 1024, B 4, 8 documents per row, AdamW; "
+                           "dense pattern \"A\" and hybrid \"AAM\"",
+                           args);
+  const double gemm = gemm_gflops(args);
+  std::printf("Cpu::gemm 2048^3: %.1f GFLOP/s (the MFU denominator)\n\n", gemm);
+  const StepFigures dense = time_steps<DenseModel>(args, "dense");
+  const StepFigures hybrid = time_steps<HybridModel>(args, "aam");
+  const double mfu = dense.model_gflop / dense.seconds / gemm;
+  std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
+              dense.tokens_per_s, mfu, hybrid.tokens_per_s, hybrid.model_gflop / hybrid.seconds / gemm);
+  bench::JsonLine("train_step").add("tokens_per_s_dense", dense.tokens_per_s, 1).add("mfu_dense", mfu, 3)
+      .add("tokens_per_s_aam", hybrid.tokens_per_s, 1).add("gemm_gflops", gemm, 1).print();
+  return 0;
+}

@@ -1,0 +1,102 @@
+// megacpp/nn/mamba/decode.hpp: explicit decode caches and the host-side steps generation runs.
+//
+// Decoding advances one token at a time with the literal recurrence (sequential_scan.hpp's
+// recurrence_step). Everything the next token needs from the past lives in a cache:
+//   Mamba-3: the state H, the angle theta, and the previous token's rotated k and (up-projected)
+//            v for the trapezoid's beta term (mamba3.py's angle_dt_state, ssm_state, k_state,
+//            v_state; our state is stored (N, P), see sequential_scan.hpp);
+//   Mamba-2: the conv window (the last K - 1 conv inputs) and the state H.
+// A new document in a row resets that row's cache to zero (seed 001): pass `new_document` to the
+// layer's step(), or call reset(row).
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "megacpp/core/tensor.hpp"
+
+namespace megacpp {
+
+/// Mamba-3 decode cache, one entry per row of the batch.
+template <class T, Backend B>
+struct Mamba3Cache {
+  Tensor<T, B> state;   ///< (batch, heads, N, P): H^T
+  Tensor<T, B> angle;   ///< (batch, heads, S): theta of the last token, in [0, 2 pi)
+  Tensor<T, B> k_prev;  ///< (batch, heads, R, N): the last token's rotated k (B + bias)
+  Tensor<T, B> v_prev;  ///< (batch, heads, R, P): the last token's v (after the MIMO up-projection)
+
+  /// A zeroed cache (every row at the start of a document).
+  static Mamba3Cache zeros(index_t batch, index_t heads, index_t rank, index_t d_state, index_t head_dim, index_t n_angles) {
+    return {Tensor<T, B>::zeros({batch, heads, d_state, head_dim}), Tensor<T, B>::zeros({batch, heads, n_angles}),
+            Tensor<T, B>::zeros({batch, heads, rank, d_state}), Tensor<T, B>::zeros({batch, heads, rank, head_dim})};
+  }
+  /// Rows the cache holds.
+  index_t batch() const { return state.defined() ? state.shape()[0] : 0; }
+  /// Starts a new document in `row`: everything the past left is zeroed.
+  void reset(index_t row) {
+    check(row >= 0 && row < batch(), "Mamba3Cache::reset", "row ", row, " out of range for batch ", batch());
+    for (Tensor<T, B>* t : {&state, &angle, &k_prev, &v_prev}) {
+      Tensor<T, B> r = t->rows(row, row + 1);
+      r.fill(T(0));
+    }
+  }
+};
+
+/// Mamba-2 decode cache, one entry per row of the batch.
+template <class T, Backend B>
+struct Mamba2Cache {
+  Tensor<T, B> conv;   ///< (batch, K - 1, conv_dim): the last K - 1 conv inputs, oldest first
+  Tensor<T, B> state;  ///< (batch, heads, N, P): H^T
+
+  /// A zeroed cache (every row at the start of a document).
+  static Mamba2Cache zeros(index_t batch, index_t width, index_t conv_dim, index_t heads, index_t d_state, index_t head_dim) {
+    return {Tensor<T, B>::zeros({batch, width - 1, conv_dim}), Tensor<T, B>::zeros({batch, heads, d_state, head_dim})};
+  }
+  /// Rows the cache holds.
+  index_t batch() const { return state.defined() ? state.shape()[0] : 0; }
+  /// Starts a new document in `row`: the conv window and the state are zeroed.
+  void reset(index_t row) {
+    check(row >= 0 && row < batch(), "Mamba2Cache::reset", "row ", row, " out of range for batch ", batch());
+    for (Tensor<T, B>* t : {&conv, &state}) {
+      Tensor<T, B> r = t->rows(row, row + 1);
+      if (r.numel()) r.fill(T(0));
+    }
+  }
+};
+
+namespace detail {
+
+// Host view of a tensor for an in-place update: the tensor's own memory when the backend's memory
+// is host memory, else a copy written back when the view goes away.
+template <class T, Backend B>
+class HostView {
+ public:
+  explicit HostView(Tensor<T, B>& t) : tensor_(t) {
+    if constexpr (B::host_accessible) data_ = t.data();
+    else {
+      copy_ = t.to_host();
+      data_ = copy_.data();
+    }
+  }
+  ~HostView() {
+    if constexpr (!B::host_accessible) tensor_.assign(Tensor<T, B>::from_host(tensor_.shape(), copy_));
+  }
+  HostView(const HostView&) = delete;
+  HostView& operator=(const HostView&) = delete;
+  T* data() { return data_; }
+
+ private:
+  Tensor<T, B>& tensor_;
+  std::vector<T> copy_;
+  T* data_ = nullptr;
+};
+
+// Checks that a cache tensor has the shape this layer and batch need.
+inline void check_cache_shape(const char* who, const char* field, const Shape& got, const Shape& want) {
+  check(got == want, who, "cache.", field, " is ", got, " but this layer and batch need ", want,
+        " (make the cache with the layer's make_cache(batch))");
+}
+
+}  // namespace detail
+
+}  // namespace megacpp

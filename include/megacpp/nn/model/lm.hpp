@@ -1,0 +1,179 @@
+// megacpp/nn/model/lm.hpp: the language model, LM<T, B, Dims, Pattern, Letters>.
+//
+//   x_0 = E[input_ids]                               token embedding (vocab, d), Role::embedding
+//   x_l = block_l(x_{l-1}, documents)                 block types from Pattern + Letters
+//   h   = RMSNorm(x_L)
+//   loss = CE(softcap_30(h E^T), targets, loss_mask)  head tied to E (RECIPE.md "Architecture
+//                                                    floor"), fused: logits never materialised
+// doc_ids and positions are derived once per batch (DocumentLayout::from_tokens) and handed to
+// every block. Every size is in the type: LM<float, Cpu, Dims{...}, Pattern<"AAM">, ...>.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "megacpp/autograd/ops/cross_entropy.hpp"
+#include "megacpp/autograd/ops/elementwise.hpp"
+#include "megacpp/autograd/ops/embedding.hpp"
+#include "megacpp/autograd/ops/matmul.hpp"
+#include "megacpp/autograd/ops/rmsnorm.hpp"
+#include "megacpp/nn/documents.hpp"
+#include "megacpp/nn/linear_cross_entropy.hpp"
+#include "megacpp/nn/model/pattern.hpp"
+#include "megacpp/nn/param.hpp"
+
+namespace megacpp {
+
+/// Final-logit soft cap c (c * tanh(z / c), Gemma 2; RECIPE.md: 30). Cap 0 disables it.
+template <int Cap>
+struct HeadSoftcap {
+  static constexpr double cap = Cap;  ///< the cap c
+};
+/// No cap on the final logits.
+using NoHeadSoftcap = HeadSoftcap<0>;
+
+/// A causal language model whose block sequence is fixed at compile time.
+template <class T, Backend B, Dims D, class PatternT, class LettersT, class HeadCap = HeadSoftcap<30>>
+struct LM {
+  static_assert(validate_dims<D>());
+
+  using value_type = T;                            ///< element type
+  using backend_type = B;                          ///< backend
+  using V = Var<T, B>;                             ///< activation type
+  static constexpr Dims dims = D;                  ///< the model's sizes
+  static constexpr index_t n_layers = D.n_layers;  ///< number of blocks
+
+  /// Factory of layer I's block (from the pattern letter and the letter table).
+  template <std::size_t I>
+  using block_factory = typename detail::letter_entry<PatternT::letter(I), LettersT>::type::template factory<T, B, D>;
+  /// Block type of layer I.
+  template <std::size_t I>
+  using block_type = typename block_factory<I>::type;
+
+ private:
+  template <std::size_t... I>
+  static auto block_tuple(std::index_sequence<I...>) -> std::tuple<block_type<I>...>;
+
+ public:
+  /// std::tuple of every layer's block.
+  using Blocks = decltype(block_tuple(std::make_index_sequence<D.n_layers>{}));
+
+  Param<T, B> embedding;  ///< (vocab, d_model), tied to the head
+  Blocks blocks;          ///< one block per layer, types from the pattern
+  double norm_eps = 1e-6;  ///< eps of the final RMSNorm
+  LinearCrossEntropyOptions head{HeadCap::cap, 1024};  ///< fused head options (softcap, chunk rows)
+
+  /// Initialises every parameter from `seed`, deterministically: embedding N(0, 1/d), then
+  /// the blocks in order (each block's own init; output projections zero, RECIPE.md).
+  explicit LM(std::uint64_t seed = 0) {
+    Rng rng(seed);
+    embedding = Param<T, B>::normal(Shape{D.vocab, D.d_model}, Role::embedding, rng,
+                                    1.0 / std::sqrt(static_cast<double>(D.d_model)));
+    init_blocks(rng, std::make_index_sequence<D.n_layers>{});
+  }
+
+  /// The pattern string ("AAM") and the letter of each layer.
+  static constexpr const char* pattern() { return PatternT::c_str(); }
+
+  /// Documents of a packed batch (batch, seq) of token ids on the host.
+  static DocumentLayout<B> documents(const std::vector<std::int32_t>& input_ids, index_t batch, index_t seq,
+                                     std::int32_t bos_id, Positions mode = Positions::per_document) {
+    return DocumentLayout<B>::from_tokens(input_ids, batch, seq, bos_id, mode);
+  }
+
+  /// Residual stream after the embedding (layer 0) and after each block (layers 1..L).
+  /// Non-leaf outputs can be asked to retain their gradients (masking checks).
+  std::vector<V> trace(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs) const {
+    check(input_ids.rank() == 2, "LM", "input_ids must be (batch, seq), got ", input_ids.shape());
+    docs.check_matches("LM", input_ids.shape()[0], input_ids.shape()[1]);
+    std::vector<V> outputs;
+    outputs.reserve(static_cast<std::size_t>(D.n_layers) + 1);
+    outputs.push_back(embedding_forward(input_ids));
+    std::apply([&](const auto&... block) { ((outputs.push_back(block.forward(outputs.back(), docs))), ...); }, blocks);
+    return outputs;
+  }
+
+  /// Final normalised hidden states h (batch, seq, d_model).
+  V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs) const {
+    V x = embedding_forward(input_ids);
+    std::apply([&](const auto&... block) { ((x = block.forward(x, docs)), ...); }, blocks);
+    return rmsnorm(x, norm_eps);
+  }
+
+  /// Mean next-token loss over tokens with loss_mask != 0 (fused head; logits never whole).
+  V loss(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets, const Tensor<T, B>& loss_mask,
+         const DocumentLayout<B>& docs) const {
+    return linear_cross_entropy(hidden(input_ids, docs), embedding.var, targets, loss_mask, head);
+  }
+
+  /// Head logits softcap(h E^T) (batch, seq, vocab): for generation and tests, not training.
+  V logits(const V& h) const {
+    V z = matmul(h, embedding.var, false, true);
+    return HeadCap::cap > 0 ? softcap(z, HeadCap::cap) : z;
+  }
+
+  /// Per-token losses (batch, seq) through the materialised logits (evaluation, masking checks).
+  V per_token_loss(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
+                   const DocumentLayout<B>& docs) const {
+    return cross_entropy_per_token(logits(hidden(input_ids, docs)), targets);
+  }
+  /// Per-token losses from the last block's output x_L (the last entry of trace()).
+  V per_token_loss_from(const V& last_block_output, const Tensor<std::int32_t, B>& targets) const {
+    return cross_entropy_per_token(logits(rmsnorm(last_block_output, norm_eps)), targets);
+  }
+
+  /// Visits "embedding.weight" then "blocks.<i>.<...>" for every parameter.
+  template <class Visitor>
+  void for_each_param(Visitor&& visit, const std::string& prefix = "") {
+    visit(child_name(prefix, "embedding.weight"), embedding);
+    visit_blocks(visit, prefix, std::make_index_sequence<D.n_layers>{});
+  }
+
+  /// Applies f(layer_index, block) to every block.
+  template <class F>
+  void for_each_block(F&& f) {
+    apply_blocks(f, std::make_index_sequence<D.n_layers>{});
+  }
+
+  /// Parameter counts per role and in total, one line each, with the configuration.
+  std::string summary() {
+    std::map<std::string, index_t> per_role;
+    index_t total = 0, tensors = 0;
+    for_each_param([&](const std::string&, Param<T, B>& p) {
+      per_role[std::string(role_name(p.role))] += p.numel();
+      total += p.numel();
+      ++tensors;
+    });
+    std::ostringstream os;
+    os << "LM pattern \"" << pattern() << "\" layers " << D.n_layers << " d_model " << D.d_model << " heads " << D.n_heads
+       << "/" << D.kv_heads() << " vocab " << D.vocab << " (tied head, softcap " << HeadCap::cap << ")\n";
+    for (const auto& [role, n] : per_role) os << "  " << role << ": " << n << "\n";
+    os << "  total: " << total << " parameters in " << tensors << " tensors\n";
+    return os.str();
+  }
+
+ private:
+  V embedding_forward(const Tensor<std::int32_t, B>& input_ids) const { return megacpp::embedding(embedding.var, input_ids); }
+
+  template <std::size_t... I>
+  void init_blocks(Rng& rng, std::index_sequence<I...>) {
+    ((std::get<I>(blocks) = block_factory<I>::make(rng)), ...);
+  }
+  template <class Visitor, std::size_t... I>
+  void visit_blocks(Visitor& visit, const std::string& prefix, std::index_sequence<I...>) {
+    (std::get<I>(blocks).for_each_param(visit, child_name(prefix, "blocks." + std::to_string(I))), ...);
+  }
+  template <class F, std::size_t... I>
+  void apply_blocks(F& f, std::index_sequence<I...>) {
+    (f(I, std::get<I>(blocks)), ...);
+  }
+};
+
+}  // namespace megacpp

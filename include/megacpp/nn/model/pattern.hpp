@@ -1,0 +1,80 @@
+// megacpp/nn/model/pattern.hpp: block patterns as compile-time strings, and the letter table.
+//
+// RECIPE.md "Hybrid patterns": A (attention), M (Mamba), E (MoE expert MLP), R (recurrent tail);
+// a pattern such as "AAM" repeats over the layers. Letters<Letter<'A', Factory>, ...> maps each
+// letter to a block factory; a letter with no entry is a compile error naming the letter.
+#pragma once
+
+#include <cstddef>
+
+#include "megacpp/core/random.hpp"
+#include "megacpp/nn/model/dims.hpp"
+
+namespace megacpp {
+
+/// A string literal usable as a template argument: Pattern<"AAM">.
+template <std::size_t N>
+struct FixedString {
+  char chars[N]{};  ///< the characters, NUL-terminated
+  /// Copies a string literal.
+  constexpr FixedString(const char (&s)[N]) {
+    for (std::size_t i = 0; i < N; ++i) chars[i] = s[i];
+  }
+  /// Length without the terminating NUL.
+  constexpr std::size_t size() const { return N - 1; }
+  /// Character i.
+  constexpr char operator[](std::size_t i) const { return chars[i]; }
+};
+
+/// The sequence of block letters, repeated over the layers.
+template <FixedString S>
+struct Pattern {
+  static_assert(S.size() > 0, "megacpp_empty_pattern: a Pattern needs at least one letter, e.g. Pattern<\"AAM\">");
+  static constexpr std::size_t size = S.size();  ///< letters before the pattern repeats
+  /// The letter of layer i (the pattern repeats).
+  static constexpr char letter(std::size_t layer) { return S[layer % S.size()]; }
+  /// The pattern as a C string.
+  static constexpr const char* c_str() { return S.chars; }
+};
+
+/// Maps pattern letter C to a block factory: Factory<T, B, D>::type is the block type and
+/// Factory<T, B, D>::make(rng) builds one.
+template <char C, template <class, class, Dims> class Factory>
+struct Letter {
+  static constexpr char letter = C;  ///< the pattern letter
+  /// The factory for element type T, backend B and sizes D.
+  template <class T, class B, Dims D>
+  using factory = Factory<T, B, D>;
+};
+
+/// The letter table of a model family.
+template <class... Ls>
+struct Letters {
+  /// True when the table has an entry for letter c.
+  static constexpr bool has(char c) { return ((Ls::letter == c) || ...); }
+};
+
+namespace detail {
+template <char C, class... Ls>
+struct find_letter;
+template <char C, class L, class... Rest>
+struct find_letter<C, L, Rest...> {
+  using type = std::conditional_t<L::letter == C, L, typename find_letter<C, Rest...>::type>;
+};
+template <char C>
+struct find_letter<C> {
+  using type = void;
+};
+
+template <char C, class LettersT>
+struct letter_entry;
+template <char C, class... Ls>
+struct letter_entry<C, Letters<Ls...>> {
+  static_assert(Letters<Ls...>::has(C),
+                "megacpp_unknown_pattern_letter: a pattern letter has no block type in this Letters<...> table "
+                "(A = attention, M = Mamba; E (MoE) and R (recurrent tail) are not implemented yet)");
+  using type = typename find_letter<C, Ls...>::type;
+};
+}  // namespace detail
+
+}  // namespace megacpp
