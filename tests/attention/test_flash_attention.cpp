@@ -12,7 +12,7 @@ using namespace megacpp;
 using namespace megacpp::testing;
 using Backward = cpu::flash::Tuning::Backward;
 
-TEST_CASE("tiling: every visible pair is computed exactly once; no computed tile is fully masked",
+TEST_CASE("tiling: every visible pair is computed exactly once, no computed tile is fully masked",
           "[attention][tiling]") {
   Rng rng(11);
   for (int trial = 0; trial < 300; ++trial) {
@@ -172,7 +172,7 @@ TEST_CASE("masking invariants: scores across documents are -inf and probabilitie
   CHECK(max_relative_error(flash_attention(q, k, v, docs, {0.0, 50.0, 0}).value(), out.value()) < 1e-12);
 }
 
-TEST_CASE("masking invariants: pack [A A A][B B B]: B's outputs and gradients are bitwise B alone; A cannot reach B",
+TEST_CASE("masking invariants: pack [A A A][B B B]: B's outputs and gradients are bitwise B alone, A cannot reach B",
           "[attention][masking]") {
   // k and v are read in place: with 3 kv heads of 6 floats a token's row is 72 bytes, so B's rows
   // sit at other alignments in the pack than alone (the kernel must not care).
@@ -230,7 +230,7 @@ TEST_CASE("masking invariants: pack [A A A][B B B]: B's outputs and gradients ar
   }
 }
 
-TEST_CASE("flash_attention: padding tokens (in no document) give output 0, gradient 0, no NaN; dense agrees", "[attention][masking]") {
+TEST_CASE("flash_attention: padding tokens (in no document) give output 0, gradient 0, no NaN, dense agrees", "[attention][masking]") {
   ScopedFlashTuning tiles(4, 3);
   auto docs = layout_of({{4, 5}, {9}});
   docs.spans[0].back().length -= 2;  // row 0: tokens 7, 8 are padding
@@ -261,7 +261,7 @@ TEST_CASE("flash_attention: padding tokens (in no document) give output 0, gradi
   CHECK(max_relative_error(gv, v.grad()) < 1e-12);
 }
 
-TEST_CASE("flash_attention: one-pass and two-pass backward agree bitwise; results do not depend on the thread count",
+TEST_CASE("flash_attention: one-pass and two-pass backward agree bitwise, results do not depend on the thread count",
           "[attention][determinism]") {
   struct Setup {
     std::vector<std::vector<index_t>> docs;
@@ -301,7 +301,7 @@ TEST_CASE("flash_attention: one-pass and two-pass backward agree bitwise; result
   }
 }
 
-TEST_CASE("flash_attention: tiles outside the documents are never computed; cost follows sum of squared lengths",
+TEST_CASE("flash_attention: tiles outside the documents are never computed, cost follows sum of squared lengths",
           "[attention][tiling]") {
   const index_t T = 1024, H = 4, Hkv = 1, D = 16;
   auto q = random_var<float>({1, T, H, D}, 24, false), k = random_var<float>({1, T, Hkv, D}, 25, false),

@@ -188,7 +188,7 @@ TEST_CASE("causal_conv1d: depthwise causal taps that read zero across documents"
   CHECK_THROWS_WITH(causal_conv1d(x, random_param({C + 1, K}, 1), bias, docs), Contains("needs 3 channels"));
 }
 
-TEST_CASE("chunked_scan equals the sequential recurrence to 1e-10 (SISO, MIMO, Mamba-2; every chunk size)",
+TEST_CASE("chunked_scan equals the sequential recurrence to 1e-10 (SISO, MIMO, Mamba-2, every chunk size)",
           "[mamba][scan]") {
   // Row 0: documents of 1, 3 (shorter than most chunks), 9 and 7 tokens (spanning chunks);
   // row 1: 12, 1, 1, 6 tokens.

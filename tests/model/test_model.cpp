@@ -59,7 +59,7 @@ struct LeakyModel {
 };
 }  // namespace
 
-TEST_CASE("LM: the pattern fixes the block types; names, roles and summary", "[model]") {
+TEST_CASE("LM: the pattern fixes the block types, names, roles and summary", "[model]") {
   static_assert(std::is_same_v<TestLM::block_type<0>, Block<GQA<double, Cpu>>>);
   static_assert(std::is_same_v<TestLM::block_type<2>, Block<Mamba3<double, Cpu>>>);
   static_assert(!std::is_same_v<TinyLM<float, Cpu>, CMake100M<float, Cpu>>, "each specialist size is its own type");
