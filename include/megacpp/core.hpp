@@ -6,6 +6,7 @@
 #include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/error.hpp"
 #include "megacpp/core/functors.hpp"
+#include "megacpp/core/memory_counter.hpp"
 #include "megacpp/core/random.hpp"
 #include "megacpp/core/shape.hpp"
 #include "megacpp/core/tensor.hpp"

@@ -2,22 +2,18 @@
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "megacpp/core/backend.hpp"
+#include "megacpp/core/memory_counter.hpp"
 
 namespace megacpp::cpu {
 
-struct MemoryCounters {
-  std::atomic<std::size_t> current{0};
-  std::atomic<std::size_t> peak{0};
-};
-inline MemoryCounters& memory_counters() {
-  static MemoryCounters counters;
-  return counters;
+inline MemoryCounter& memory_counter() {
+  static MemoryCounter counter;
+  return counter;
 }
 
 inline std::size_t aligned_bytes(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -27,23 +23,19 @@ T* allocate(std::size_t n) {
   const std::size_t bytes = aligned_bytes(n * sizeof(T));
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
-  auto& c = memory_counters();
-  const std::size_t now = c.current.fetch_add(bytes) + bytes;
-  std::size_t peak = c.peak.load();
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
-  }
+  memory_counter().allocated(bytes);
   return static_cast<T*>(p);
 }
 
 template <class T>
 void deallocate(T* p, std::size_t n) {
   std::free(p);
-  memory_counters().current.fetch_sub(aligned_bytes(n * sizeof(T)));
+  memory_counter().released(aligned_bytes(n * sizeof(T)));
 }
 
 inline MemoryStats memory_stats() {
-  return {memory_counters().current.load(), memory_counters().peak.load()};
+  return memory_counter().stats();
 }
-inline void reset_peak_memory() { memory_counters().peak.store(memory_counters().current.load()); }
+inline void reset_peak_memory() { memory_counter().reset_peak(); }
 
 }  // namespace megacpp::cpu

@@ -3,21 +3,17 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
-#include <atomic>
 #include <cstddef>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/core/backend.hpp"
+#include "megacpp/core/memory_counter.hpp"
 
 namespace megacpp::cuda {
 
-struct MemoryCounters {
-  std::atomic<std::size_t> current{0};
-  std::atomic<std::size_t> peak{0};
-};
-inline MemoryCounters& memory_counters() {
-  static MemoryCounters counters;
-  return counters;
+inline MemoryCounter& memory_counter() {
+  static MemoryCounter counter;
+  return counter;
 }
 
 // cudaMalloc hands out 256-byte aligned blocks; counting in that unit makes the figures the
@@ -30,11 +26,7 @@ T* allocate(std::size_t n) {
   const std::size_t bytes = aligned_bytes(n * sizeof(T));
   void* p = nullptr;
   MEGACPP_CUDA_CHECK(cudaMalloc(&p, bytes));
-  auto& c = memory_counters();
-  const std::size_t now = c.current.fetch_add(bytes) + bytes;
-  std::size_t peak = c.peak.load();
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
-  }
+  memory_counter().allocated(bytes);
   return static_cast<T*>(p);
 }
 
@@ -48,13 +40,13 @@ void deallocate(T* p, std::size_t n) {
   if (!p) return;
   const cudaError_t status = cudaFree(p);
   if (status != cudaErrorCudartUnloading) check_cuda(status, "cudaFree(p)", __FILE__, __LINE__);
-  memory_counters().current.fetch_sub(aligned_bytes(n * sizeof(T)));
+  memory_counter().released(aligned_bytes(n * sizeof(T)));
 }
 
 inline MemoryStats memory_stats() {
-  return {memory_counters().current.load(), memory_counters().peak.load()};
+  return memory_counter().stats();
 }
-inline void reset_peak_memory() { memory_counters().peak.store(memory_counters().current.load()); }
+inline void reset_peak_memory() { memory_counter().reset_peak(); }
 
 // Pageable host -> device: cudaMemcpy returns once the host buffer has been staged, so the
 // caller may reuse it; later kernels on the default stream see the data.
