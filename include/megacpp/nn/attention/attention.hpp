@@ -12,16 +12,21 @@
 // batch from input_ids), and the fused kernel never computes a tile across documents.
 //
 // Use:  Block<GQA<float, Cpu>> (softcap 50) or Block<GQA<float, Cpu, NoSoftcap, Scale<0.12>, QKNorm>>;
-// make_attention_block builds one with its MLP<ReLU2>.
+// make_attention_block builds one with its MLP<ReLU2>. Generation: make_cache + step, one token per
+// row at a time over a KV cache (nn/attention/decode.hpp), the same math as forward.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "megacpp/autograd/grad_mode.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/rope.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
+#include "megacpp/nn/attention/decode.hpp"
 #include "megacpp/nn/attention/flash_attention.hpp"
 #include "megacpp/nn/attention/policies.hpp"
 #include "megacpp/nn/attention/yarn.hpp"
@@ -138,6 +143,60 @@ struct Attention {
     }
     const Var<T, B> o = attend(q, k, v, docs, options());  // (B, T, H, D)
     return wo.forward(reshape(o, Shape{batch, seq, H * D}));
+  }
+
+  /// An empty decode cache for `batch` rows of documents up to `capacity` tokens. With a sliding
+  /// window only the last `window` keys are ever visible, so at most `window` slots are kept
+  /// (a ring buffer: documents of any length up to max_seq then fit).
+  AttentionCache<T, B> make_cache(index_t batch, index_t capacity) const {
+    check(capacity > 0, "Attention::make_cache", "capacity must be positive, got ", capacity);
+    const index_t slots = config.window > 0 ? std::min(capacity, config.window) : capacity;
+    return AttentionCache<T, B>::zeros(batch, slots, config.n_kv_heads, config.head_dim);
+  }
+
+  /// One decode step: u (batch, d_model), the token after each row's cached ones -> (batch,
+  /// d_model). Rows with new_document[b] start a new document (cache row reset first); an empty
+  /// vector means none does. Same projections, QK-norm and RoPE ops as forward; the attention
+  /// itself is detail::attention_decode_step. Records no gradients.
+  Var<T, B> step(const Var<T, B>& u, AttentionCache<T, B>& cache, const std::vector<bool>& new_document = {}) const {
+    NoGrad no_grad;
+    const char* op = "Attention::step";
+    check(u.rank() == 2 && u.shape()[1] == config.d_model, op, "input must be (batch, ", config.d_model, "), got ",
+          u.shape());
+    const index_t batch = u.shape()[0], H = config.n_heads, Hkv = config.n_kv_heads, D = config.head_dim;
+    detail::check_cache_shape(op, "k", cache.k.shape(), Shape{batch, cache.capacity(), Hkv, D});
+    detail::check_cache_shape(op, "v", cache.v.shape(), cache.k.shape());
+    check(new_document.empty() || static_cast<index_t>(new_document.size()) == batch, op, "new_document has ",
+          new_document.size(), " entries for batch ", batch);
+    for (index_t b = 0; b < static_cast<index_t>(new_document.size()); ++b)
+      if (new_document[static_cast<std::size_t>(b)]) cache.reset(b);
+    detail::check_cache_room(op, cache, config.window);
+    std::vector<std::int32_t> pos(cache.position.begin(), cache.position.end());
+    for (index_t b = 0; b < batch; ++b)
+      check(pos[static_cast<std::size_t>(b)] < config.max_seq, op, "row ", b, ": document position ",
+            pos[static_cast<std::size_t>(b)], " reaches max_seq = ", config.max_seq);
+
+    const Var<T, B> x = reshape(u, Shape{batch, 1, config.d_model});
+    Var<T, B> q = reshape(wq.forward(x), Shape{batch, 1, H, D});    // (B, 1, H, D)
+    Var<T, B> k = reshape(wk.forward(x), Shape{batch, 1, Hkv, D});  // (B, 1, Hkv, D)
+    const Var<T, B> v = reshape(wv.forward(x), Shape{batch, 1, Hkv, D});
+    if constexpr (QKNormPolicy::enabled) {
+      q = rmsnorm(q);
+      k = rmsnorm(k);
+    }
+    if (config.rope) {  // the forward's own rope op: the same angles, bit for bit
+      const auto positions = Tensor<std::int32_t, B>::from_host(Shape{batch, 1}, pos);
+      q = rope(q, positions, inv_freq);
+      k = rope(k, positions, inv_freq);
+    }
+    const std::vector<T> qh = q.value().to_host(), kh = k.value().to_host(), vh = v.value().to_host();
+    std::vector<T> o(static_cast<std::size_t>(batch * H * D));
+    {
+      detail::HostView<T, B> kc(cache.k), vc(cache.v);
+      detail::attention_decode_step<T>(batch, H, Hkv, D, cache.capacity(), options(), qh.data(), kh.data(), vh.data(),
+                                       kc.data(), vc.data(), cache.length, cache.position, o.data());
+    }
+    return reshape(wo.forward(Var<T, B>(Tensor<T, B>::from_host(Shape{batch, 1, H * D}, o))), Shape{batch, config.d_model});
   }
 
   /// Visits "wq", "wk", "wv", "wo" (each ".weight") under `prefix`.

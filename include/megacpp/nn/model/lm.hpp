@@ -7,10 +7,14 @@
 //                                                    floor"), fused: logits never materialised
 // doc_ids and positions are derived once per batch (DocumentLayout::from_tokens) and handed to
 // every block. Every size is in the type: LM<float, Cpu, Dims{...}, Pattern<"AAM">, ...>.
+// Generation: make_cache() holds every block's decode cache (Cache), step_logits() feeds one token
+// per row through the blocks' step() and returns the same softcapped logits as logits(hidden())
+// at that position (nn/model/sampling.hpp builds generate() on it).
 #pragma once
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -19,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "megacpp/autograd/grad_mode.hpp"
 #include "megacpp/autograd/ops/cross_entropy.hpp"
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/embedding.hpp"
@@ -60,10 +65,14 @@ struct LM {
  private:
   template <std::size_t... I>
   static auto block_tuple(std::index_sequence<I...>) -> std::tuple<block_type<I>...>;
+  template <std::size_t... I>
+  static auto cache_tuple(std::index_sequence<I...>) -> std::tuple<typename block_type<I>::cache_type...>;
 
  public:
   /// std::tuple of every layer's block.
   using Blocks = decltype(block_tuple(std::make_index_sequence<D.n_layers>{}));
+  /// std::tuple of every layer's decode cache (Block::cache_type), in layer order.
+  using Cache = decltype(cache_tuple(std::make_index_sequence<D.n_layers>{}));
 
   Param<T, B> embedding;  ///< (vocab, d_model), tied to the head
   Blocks blocks;          ///< one block per layer, types from the pattern
@@ -119,6 +128,36 @@ struct LM {
     return HeadCap::cap > 0 ? softcap(z, HeadCap::cap) : z;
   }
 
+  /// Empty decode caches of every block for `batch` rows of documents up to `capacity` tokens
+  /// (attention keeps that many keys per row; Mamba's state has a fixed size).
+  Cache make_cache(index_t batch, index_t capacity) const {
+    return make_caches(batch, capacity, std::make_index_sequence<D.n_layers>{});
+  }
+
+  /// One decode step: tokens (one per row of `cache`) -> logits (batch, vocab), softcapped like
+  /// logits(): the logits logits(hidden(...)) gives at this token's position of the whole
+  /// sequence fed so far. A row whose token is `bos_id` starts a new document (seed 001: its
+  /// caches are reset first). Records no gradients.
+  V step_logits(const std::vector<std::int32_t>& tokens, Cache& cache, std::int32_t bos_id) const {
+    NoGrad no_grad;
+    const index_t batch = static_cast<index_t>(tokens.size());
+    check(batch > 0, "LM::step_logits", "needs one token per row, got none");
+    for (index_t b = 0; b < batch; ++b) {
+      const std::int32_t id = tokens[static_cast<std::size_t>(b)];
+      check(id >= 0 && id < D.vocab, "LM::step_logits", "row ", b, ": token id ", id, " is outside the vocabulary [0, ",
+            D.vocab, ")");
+    }
+    std::apply([&](const auto&... c) {
+      ((check(c.batch() == batch, "LM::step_logits", "the cache holds ", c.batch(), " rows but ", batch,
+              " tokens were given (one per row): make the cache with make_cache(", batch, ", capacity)")), ...);
+    }, cache);
+    std::vector<bool> new_document(static_cast<std::size_t>(batch));
+    for (std::size_t b = 0; b < tokens.size(); ++b) new_document[b] = tokens[b] == bos_id;
+    V x = embedding_forward(Tensor<std::int32_t, B>::from_host(Shape{batch}, tokens));  // (batch, d_model)
+    step_blocks(x, cache, new_document, std::make_index_sequence<D.n_layers>{});
+    return logits(rmsnorm(x, norm_eps));
+  }
+
   /// Per-token losses (batch, seq) through the materialised logits (evaluation, masking checks).
   V per_token_loss(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
                    const DocumentLayout<B>& docs) const {
@@ -165,6 +204,14 @@ struct LM {
   template <std::size_t... I>
   void init_blocks(Rng& rng, std::index_sequence<I...>) {
     ((std::get<I>(blocks) = block_factory<I>::make(rng)), ...);
+  }
+  template <std::size_t... I>
+  Cache make_caches(index_t batch, index_t capacity, std::index_sequence<I...>) const {
+    return Cache{std::get<I>(blocks).make_cache(batch, capacity)...};
+  }
+  template <std::size_t... I>
+  void step_blocks(V& x, Cache& cache, const std::vector<bool>& new_document, std::index_sequence<I...>) const {
+    ((x = std::get<I>(blocks).step(x, std::get<I>(cache), new_document)), ...);
   }
   template <class Visitor, std::size_t... I>
   void visit_blocks(Visitor& visit, const std::string& prefix, std::index_sequence<I...>) {
