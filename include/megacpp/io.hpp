@@ -1,7 +1,8 @@
-// megacpp/io.hpp: file formats (safetensors), memory maps and atomic file writes.
+// megacpp/io.hpp: file formats (safetensors, model and optimizer checkpoints), memory maps and atomic file writes.
 #pragma once
 
 #include "megacpp/io/atomic_file.hpp"
+#include "megacpp/io/checkpoint.hpp"
 #include "megacpp/io/json_value.hpp"
 #include "megacpp/io/mapped_file.hpp"
 #include "megacpp/io/safetensors.hpp"

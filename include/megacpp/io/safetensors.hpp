@@ -166,16 +166,24 @@ class SafetensorsWriter {
       header += json_quote("__metadata__") + ":{";
       bool first_meta = true;
       for (const auto& [k, v] : metadata_) {
-        header += (first_meta ? "" : ",") + json_quote(k) + ":" + json_quote(v);
+        if (!first_meta) header += ',';
+        header.append(json_quote(k)).append(":").append(json_quote(v));
         first_meta = false;
       }
       header += "}";
       first = false;
     }
     for (const auto& e : entries_) {
-      header += (first ? "" : ",") + json_quote(e.name) + ":{\"dtype\":" + json_quote(e.dtype) + ",\"shape\":[";
-      for (int d = 0; d < e.shape.rank(); ++d) header += (d ? "," : "") + std::to_string(e.shape[d]);
-      header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + e.bytes.size()) + "]}";
+      // append() rather than operator+ chains: GCC 12 reports a false -Wrestrict on
+      // `const char* + std::string` once this is inlined at -O3.
+      if (!first) header += ',';
+      header.append(json_quote(e.name)).append(":{\"dtype\":").append(json_quote(e.dtype)).append(",\"shape\":[");
+      for (int d = 0; d < e.shape.rank(); ++d) {
+        if (d) header += ',';
+        header.append(std::to_string(e.shape[d]));
+      }
+      header.append("],\"data_offsets\":[").append(std::to_string(offset)).append(",");
+      header.append(std::to_string(offset + e.bytes.size())).append("]}");
       offset += e.bytes.size();
       first = false;
     }

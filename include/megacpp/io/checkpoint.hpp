@@ -1,0 +1,144 @@
+// megacpp/io/checkpoint.hpp: model weights and optimizer state as safetensors files.
+//
+// A model file holds one tensor per parameter under the model's dotted parameter names
+// (for_each_param: "embedding.weight", "blocks.2.mixer.in_proj.weight", ...), tied weights once,
+// and the model's type in the metadata ("megacpp.model", model_type_id) so a checkpoint of another
+// model type is refused before any tensor is read. An optimizer file holds every state tensor
+// under its state name ("exp_avg.<param>", "momentum_buffer.<param>") and the integer step
+// counters as metadata strings ("counter.<name>"): safetensors has no scalar type, and a counter
+// must round-trip exactly. Loading validates everything (names, dtypes, shapes; nothing missing,
+// nothing extra) before it changes anything, so a failed load leaves model and optimizer intact.
+// Writes are atomic (temp + fsync + rename, io/atomic_file.hpp).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "megacpp/io/safetensors.hpp"
+#include "megacpp/nn/param.hpp"
+
+namespace megacpp::io {
+
+/// A string naming a model's type: element type, pattern and every size. Two models with the
+/// same id have the same parameter names and shapes.
+template <class Model>
+std::string model_type_id() {
+  constexpr auto d = Model::dims;
+  std::ostringstream os;
+  os << dtype_name<typename Model::value_type>() << " LM \"" << Model::pattern() << "\" d_model " << d.d_model
+     << " layers " << d.n_layers << " heads " << d.n_heads << "/" << d.kv_heads() << " head_dim "
+     << d.attention_head_dim() << " mlp " << d.mlp_width() << " vocab " << d.vocab << " mamba N" << d.mamba_d_state
+     << " P" << d.mamba_headdim << " x" << d.mamba_expand;
+  return os.str();
+}
+
+/// Metadata key of the model type in a model file.
+inline constexpr const char* kModelTypeKey = "megacpp.model";
+
+/// Writes every parameter of `model` to `path` (atomically), with `metadata` and the model type.
+template <class Model>
+void save_model(const std::filesystem::path& path, Model& model, const std::string& type_id,
+                const std::map<std::string, std::string>& metadata = {}) {
+  using T = typename Model::value_type;
+  using B = typename Model::backend_type;
+  SafetensorsWriter writer;
+  for (const auto& [k, v] : metadata) writer.set_metadata(k, v);
+  writer.set_metadata(kModelTypeKey, type_id);
+  std::set<const void*> seen;  // tied weights are visited under one name only
+  model.for_each_param([&](const std::string& name, Param<T, B>& p) {
+    if (seen.insert(p.var.value().data()).second) writer.add(name, p.var.value());
+  });
+  writer.write(path);
+}
+
+/// Reads `path` into the parameters of `model`. Throws naming the file and the problem (another
+/// model type, a missing or extra tensor, a dtype or shape mismatch) before any parameter changes.
+template <class Model>
+void load_model(const std::filesystem::path& path, Model& model, const std::string& type_id) {
+  using T = typename Model::value_type;
+  using B = typename Model::backend_type;
+  const SafetensorsReader reader(path);
+  const auto it = reader.metadata().find(kModelTypeKey);
+  check(it != reader.metadata().end(), "load_model", path.string(), " has no \"", kModelTypeKey,
+        "\" metadata: not a megacpp model checkpoint");
+  check(it->second == type_id, "load_model", path.string(), " is a checkpoint of a different model type: it holds [",
+        it->second, "], this model is [", type_id, "]");
+  std::vector<std::pair<Param<T, B>*, Tensor<T, B>>> staged;
+  std::set<std::string> expected;
+  std::set<const void*> seen;
+  model.for_each_param([&](const std::string& name, Param<T, B>& p) {
+    if (!seen.insert(p.var.value().data()).second) return;
+    expected.insert(name);
+    const Shape shape = p.var.value().shape();
+    staged.emplace_back(&p, reader.read<T, B>(name, &shape));
+  });
+  for (const auto& name : reader.names())
+    check(expected.count(name) != 0, "load_model", path.string(), " holds tensor \"", name,
+          "\" which this model does not have");
+  for (auto& [p, value] : staged) p->var.mutable_value().assign(value);
+}
+
+/// Writes the state of optimizer `opt` (for_each_state) to `path` (atomically).
+template <class Opt>
+void save_optimizer(const std::filesystem::path& path, Opt& opt, const std::map<std::string, std::string>& metadata = {}) {
+  using T = typename Opt::value_type;
+  SafetensorsWriter writer;
+  for (const auto& [k, v] : metadata) writer.set_metadata(k, v);
+  opt.for_each_state([&](const std::string& name, auto& item) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(item)>, std::int64_t>) writer.set_metadata("counter." + name, std::to_string(item));
+    else writer.add(name, static_cast<const Tensor<T, typename Opt::backend_type>&>(item));
+  });
+  writer.write(path);
+}
+
+/// Reads `path` into the state of `opt`; every state tensor and counter must be present with its
+/// shape, and nothing else; throws naming the problem before any state changes.
+template <class Opt>
+void load_optimizer(const std::filesystem::path& path, Opt& opt) {
+  using T = typename Opt::value_type;
+  using B = typename Opt::backend_type;
+  const SafetensorsReader reader(path);
+  const std::string file = path.string();
+  std::vector<std::pair<Tensor<T, B>*, Tensor<T, B>>> tensors;
+  std::vector<std::pair<std::int64_t*, std::int64_t>> counters;
+  std::set<std::string> tensor_names;
+  std::size_t counter_count = 0;
+  opt.for_each_state([&](const std::string& name, auto& item) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(item)>, std::int64_t>) {
+      const auto it = reader.metadata().find("counter." + name);
+      check(it != reader.metadata().end(), "load_optimizer", file, ": no counter \"", name, "\"");
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(it->second, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      check(used == it->second.size() && !it->second.empty(), "load_optimizer", file, ": counter \"", name,
+            "\" is not an integer: \"", it->second, "\"");
+      counters.emplace_back(&item, static_cast<std::int64_t>(v));
+      ++counter_count;
+    } else {
+      const Shape shape = item.shape();
+      tensors.emplace_back(&item, reader.read<T, B>(name, &shape));
+      tensor_names.insert(name);
+    }
+  });
+  for (const auto& name : reader.names())
+    check(tensor_names.count(name) != 0, "load_optimizer", file, " holds state \"", name,
+          "\" which this optimizer does not have (another model or optimizer configuration?)");
+  std::size_t file_counters = 0;
+  for (const auto& [k, v] : reader.metadata()) file_counters += k.rfind("counter.", 0) == 0;
+  check(file_counters == counter_count, "load_optimizer", file, " holds ", file_counters,
+        " step counters, this optimizer has ", counter_count);
+  for (auto& [dst, value] : tensors) dst->assign(value);
+  for (auto& [dst, value] : counters) *dst = value;
+}
+
+}  // namespace megacpp::io
