@@ -1,0 +1,100 @@
+// megacpp-train: pretrains one of the compiled specialist models on token shards.
+//
+// With no arguments it trains the tiny "AAM" hybrid on the corpus built with the project (the
+// repository's own C++ sources, tokenized by megacpp-prepare at build time) for a few minutes,
+// prints validation loss and bits per byte as they fall, writes checkpoints, metrics.jsonl and
+// loss.svg under --out, and ends with a generated sample. Flags follow RECIPE.md.
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "trainer.hpp"
+
+#ifndef MEGACPP_DEFAULT_CORPUS
+#define MEGACPP_DEFAULT_CORPUS "corpus"
+#endif
+
+namespace po = boost::program_options;
+using namespace megacpp;
+using namespace megacpp::examples;
+
+int main(int argc, char** argv) {
+  TrainOptions o;
+  o.data = MEGACPP_DEFAULT_CORPUS;
+  std::string seed_text = "0";
+  po::options_description run("Run");
+  run.add_options()("help,h", "show this help and exit")
+      ("model", po::value(&o.model)->default_value(o.model), model_names())
+      ("data", po::value(&o.data)->default_value(o.data), "directory of train_*.bin / val_*.bin shards (megacpp-prepare)")
+      ("out", po::value(&o.out)->default_value(o.out), "run directory: step_*/ checkpoints, latest, metrics.jsonl, loss.svg")
+      ("resume", po::value(&o.resume)->implicit_value("", "OUT"),
+       "continue from a checkpoint: a step_* directory or a run directory (its latest); bare --resume uses --out")
+      ("seed", po::value(&seed_text)->default_value(seed_text), "seed of initialisation and sampling")
+      ("steps", po::value(&o.steps)->default_value(0, "model default"), "optimizer steps of the whole run")
+      ("stop_at_step", po::value(&o.stop_at_step)->default_value(0, "none"), "checkpoint and exit after this step (split a run into jobs)")
+      ("save_every", po::value(&o.save_every)->default_value(0, "end only"), "steps between checkpoints")
+      ("keep_checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "newest checkpoints kept")
+      ("eval_every", po::value(&o.eval_every)->default_value(0, "model default"), "steps between validation passes")
+      ("val_tokens", po::value(&o.val_tokens)->default_value(0, "model default"), "tokens per validation pass")
+      ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell");
+  po::options_description batch("Batch and curriculum (RECIPE.md: the global batch stays constant across phases)");
+  batch.add_options()
+      ("phase", po::value(&o.phase)->default_value(o.phase), "1 syntax (4K, rope_theta 1e4) | 2 file (16K, 5e5) | 3 repo (64K, 1e6); the tiny model runs 1/16 of each context")
+      ("total_batch_size", po::value(&o.total_batch_size)->default_value(0, "model default"), "global batch in tokens")
+      ("micro_batch", po::value(&o.micro_batch)->default_value(0, "phase default"), "rows per micro-batch; accumulation = total / (micro_batch x seq_len)")
+      ("seq_len", po::value(&o.seq_len)->default_value(0, "phase default"), "tokens per row")
+      ("fim_mask", po::value(&o.fim_mask)->default_value(o.fim_mask), "no loss on the prefix/suffix context of FIM documents");
+  po::options_description optim_opts("Optimizer (Muon for 2-D matrices, AdamW for the rest)");
+  optim_opts.add_options()
+      ("lr_matrix", po::value(&o.lr_matrix)->default_value(o.lr_matrix), "Muon learning rate")
+      ("lr_embedding", po::value(&o.lr_embedding)->default_value(o.lr_embedding), "AdamW learning rate of the tied embedding / head")
+      ("lr_scalar", po::value(&o.lr_scalar)->default_value(o.lr_scalar), "AdamW learning rate of norms, Mamba scalars and other 1-D tensors")
+      ("lr_schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | cosine | linear | wsd")
+      ("warmup_steps", po::value(&o.warmup_steps)->default_value(-1, "model default"), "absolute LR warmup steps (never a ratio)")
+      ("lr_decay_steps", po::value(&o.lr_decay_steps)->default_value(-1, "30% of steps"), "wsd: steps of the final decay")
+      ("lr_final_ratio", po::value(&o.lr_final_ratio)->default_value(o.lr_final_ratio), "LR multiplier reached at the last step")
+      ("weight_decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "decoupled weight decay of 2-D matrices")
+      ("max_grad_norm", po::value(&o.max_grad_norm)->default_value(o.max_grad_norm), "clip the global gradient norm to this");
+  po::options_description sample("Sample printed at the end");
+  sample.add_options()
+      ("sample_tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens), "tokens to generate (0: none)")
+      ("temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature (0: greedy)")
+      ("top_k", po::value(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens (0: all)")
+      ("prompt", po::value(&o.prompt)->default_value(o.prompt), "text the sample continues");
+  po::options_description debug("Fault injection (tests)");
+  debug.add_options()
+      ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")
+      ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
+  po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
+                                  "Usage: megacpp-train [options]   (no options: the tiny model on the built-in corpus)");
+  visible.add(run).add(batch).add(optim_opts).add(sample);
+  po::options_description all;
+  all.add(visible).add(debug);
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("help")) {
+      std::printf("%s\n", (std::ostringstream() << visible).str().c_str());
+      return 0;
+    }
+    po::notify(vm);
+    std::size_t used = 0;
+    o.seed = std::stoull(seed_text, &used);
+    check(used == seed_text.size(), "megacpp-train", "--seed must be an unsigned integer, got \"", seed_text, "\"");
+    if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
+    return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
+      return train<typename decltype(model_type)::type>(o, d);
+    });
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "megacpp-train: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "megacpp-train: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,238 @@
+// megacpp-train and megacpp-generate as processes: bit-exact resume, SIGKILL during checkpoint
+// writes, phase switches, every bad input the issue lists, and cached generation == full forward.
+// Runs use the tiny model on small shards written here (seq 32, global batch 128 tokens), so
+// each process takes about a second.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <thread>
+
+#include "data/temp_dir.hpp"
+#include "megacpp/data.hpp"
+#include "megacpp/optim.hpp"
+#include "models.hpp"
+#include "run_checkpoint.hpp"
+#include "train/process.hpp"
+
+using namespace megacpp;
+using namespace megacpp::examples;
+using megacpp::testing::ProcessResult;
+using megacpp::testing::TempDir;
+
+namespace {
+const std::string kTrain = MEGACPP_TRAIN_EXE;
+const std::string kGenerate = MEGACPP_GENERATE_EXE;
+
+// C-like documents (BOS text EOS), deterministic: enough structure for the loss to fall.
+std::vector<std::uint32_t> corpus_tokens(std::size_t n, std::uint64_t seed) {
+  const data::ByteTokenizer tok;
+  Rng rng(seed);
+  const char* names[] = {"alpha", "beta", "gamma", "delta", "size", "count", "index", "value"};
+  std::vector<std::uint32_t> out;
+  while (out.size() < n) {
+    std::string doc;
+    const int lines = 2 + static_cast<int>(rng.below(6));
+    for (int l = 0; l < lines; ++l)
+      doc += std::string("int ") + names[rng.below(8)] + " = " + std::to_string(rng.below(100)) + ";\n";
+    for (const std::int32_t t : tok.encode_document(doc)) out.push_back(static_cast<std::uint32_t>(t));
+  }
+  out.resize(n);
+  return out;
+}
+
+struct Corpus {
+  TempDir dir;
+  Corpus() {
+    data::write_shard(dir / "train_000000.bin", corpus_tokens(40000, 1));
+    data::write_shard(dir / "val_000000.bin", corpus_tokens(6000, 2));
+  }
+};
+
+std::vector<std::string> small_run(const fs::path& data, const fs::path& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"--data", data.string(), "--out", out.string(), "--seq_len", "32", "--micro_batch", "2",
+                                "--total_batch_size", "128", "--steps", "8", "--warmup_steps", "2", "--eval_every", "4",
+                                "--val_tokens", "256", "--sample_tokens", "0"};
+  // A flag in `extra` replaces the default's value (Program_options refuses a flag given twice).
+  for (std::size_t i = 0; i < extra.size(); ++i) {
+    const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
+    const auto it = std::find(args.begin(), args.end(), extra[i]);
+    if (it != args.end() && has_value) *(it + 1) = extra[i + 1];
+    else {
+      args.push_back(extra[i]);
+      if (has_value) args.push_back(extra[i + 1]);
+    }
+    if (has_value) ++i;
+  }
+  return args;
+}
+
+ProcessResult run(const std::string& exe, const std::vector<std::string>& args, const TempDir& dir, const char* log) {
+  return megacpp::testing::run_process(exe, args, dir / log);
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+}  // namespace
+
+TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps straight, bitwise", "[trainer]") {
+  Corpus corpus;
+  TempDir runs;
+  const auto straight = run(kTrain, small_run(corpus.dir.path, runs / "straight"), runs, "straight.log");
+  INFO(straight.output);
+  REQUIRE(straight.exit_code == 0);
+  CHECK_THAT(straight.output, Catch::Contains("val loss"));
+  const auto first = run(kTrain, small_run(corpus.dir.path, runs / "split", {"--stop_at_step", "3"}), runs, "a.log");
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.output, Catch::Contains("stopped at step 3"));
+  CHECK(resolve_checkpoint(runs / "split") == runs / "split" / "step_00000003");
+  const auto second = run(kTrain, small_run(corpus.dir.path, runs / "split", {"--resume"}), runs, "b.log");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, Catch::Contains("resumed from") && Catch::Contains("at step 3"));
+
+  const fs::path a = resolve_checkpoint(runs / "straight"), b = resolve_checkpoint(runs / "split");
+  REQUIRE(a.filename() == "step_00000008");
+  REQUIRE(b.filename() == "step_00000008");
+  CHECK(bytes_of(a / "model.safetensors") == bytes_of(b / "model.safetensors"));
+  CHECK(bytes_of(a / "optimizer.safetensors") == bytes_of(b / "optimizer.safetensors"));
+  const auto sa = read_training_state(a / "state.json"), sb = read_training_state(b / "state.json");
+  CHECK(sa.train_position == sb.train_position);
+  CHECK(sa.rng_state == sb.rng_state);
+  CHECK(sa.tokens_seen == 8 * 128);
+
+  // The run wrote its metrics and plot; the resumed log holds each step once.
+  std::ifstream metrics(runs / "split" / "metrics.jsonl");
+  std::string line;
+  int train_lines = 0;
+  while (std::getline(metrics, line)) train_lines += line.find("\"loss\"") != std::string::npos;
+  CHECK(train_lines == 8);
+  CHECK(fs::exists(runs / "split" / "loss.svg"));
+
+  SECTION("megacpp-generate: greedy decoding with caches == full forward per token") {
+    const auto g = run(kGenerate, {"--checkpoint", (runs / "straight").string(), "--temperature", "0", "--tokens", "40",
+                                   "--stop_at_eos", "false", "--verify", "--prompt", "int "},
+                       runs, "generate.log");
+    CHECK(g.exit_code == 0);
+    CHECK_THAT(g.output, Catch::Contains("cached decoding == full forward"));
+  }
+}
+
+TEST_CASE("trainer: SIGKILL at random points never leaves a checkpoint that loads wrong", "[trainer]") {
+  Corpus corpus;
+  TempDir runs;
+  const fs::path out = runs / "killed";
+  Rng rng(2026);
+  int loaded = 0;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    auto args = small_run(corpus.dir.path, out,
+                          {"--steps", "100000", "--save_every", "1", "--eval_every", "100000", "--debug_checkpoint_pause_ms", "20"});
+    if (fs::exists(out / "latest")) args.push_back("--resume");
+    megacpp::testing::Process p(kTrain, args, runs / ("kill" + std::to_string(attempt) + ".log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(600 + rng.below(900)));
+    p.kill();
+    const ProcessResult r = p.wait();
+    INFO("attempt " << attempt << " output:\n" << r.output);
+    CHECK(r.signal == SIGKILL);
+    if (!fs::exists(out / "latest")) continue;  // killed before the first checkpoint finished
+    const fs::path dir = resolve_checkpoint(out);
+    const TrainingState s = read_training_state(dir / "state.json");
+    TinyModel model(0);
+    optim::HybridOptions ho;
+    optim::Hybrid<float, Cpu> opt(model, ho);
+    REQUIRE_NOTHROW(load_checkpoint(dir, model, opt, io::model_type_id<TinyModel>()));
+    CHECK(s.step >= 1);
+    ++loaded;
+  }
+  CHECK(loaded >= 4);
+  // And the run continues from whatever survived.
+  const auto last = read_training_state(resolve_checkpoint(out) / "state.json");
+  const auto r = run(kTrain, small_run(corpus.dir.path, out, {"--steps", std::to_string(last.step + 2), "--resume"}),
+                     runs, "final.log");
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("trainer: a phase switch from a checkpoint keeps the global batch and changes seq_len and rope_theta", "[trainer]") {
+  Corpus corpus;
+  TempDir runs;
+  const std::vector<std::string> common{"--data", corpus.dir.path.string(), "--out", (runs / "phases").string(),
+                                        "--total_batch_size", "2048", "--micro_batch", "2", "--steps", "4", "--eval_every", "2",
+                                        "--val_tokens", "2048", "--sample_tokens", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto p1 = run(kTrain, with({"--phase", "1", "--stop_at_step", "2"}), runs, "p1.log");
+  INFO(p1.output);
+  REQUIRE(p1.exit_code == 0);
+  CHECK_THAT(p1.output, Catch::Contains("seq_len 256, rope_theta 10000") &&
+                            Catch::Contains("global batch 2048 tokens = 4 micro-batches of 2 x 256"));
+  const auto p2 = run(kTrain, with({"--phase", "2", "--resume"}), runs, "p2.log");
+  INFO(p2.output);
+  REQUIRE(p2.exit_code == 0);
+  CHECK_THAT(p2.output, Catch::Contains("phase switch 1 -> 2") && Catch::Contains("seq_len 1024") &&
+                            Catch::Contains("rope_theta 500000") &&
+                            Catch::Contains("global batch 2048 tokens = 1 micro-batches of 2 x 1024"));
+  CHECK(read_training_state(resolve_checkpoint(runs / "phases") / "state.json").phase == 2);
+}
+
+TEST_CASE("trainer: bad input stops with a clear message, never a crash", "[trainer]") {
+  Corpus corpus;
+  TempDir runs;
+  auto expect_error = [&](const std::vector<std::string>& args, int code, const std::string& message) {
+    const auto r = run(kTrain, args, runs, "bad.log");
+    INFO(r.output);
+    CHECK(r.signal == 0);
+    CHECK(r.exit_code == code);
+    CHECK_THAT(r.output, Catch::Contains(message));
+  };
+  auto data_dir = [&](const std::string& name, const std::string& train_bytes) {
+    const fs::path d = runs / name;
+    fs::create_directories(d);
+    std::ofstream(d / "train_000000.bin", std::ios::binary) << train_bytes;
+    fs::copy_file(corpus.dir / "val_000000.bin", d / "val_000000.bin");
+    return d;
+  };
+  const std::string good = bytes_of(corpus.dir / "train_000000.bin");
+
+  SECTION("wrong magic") {
+    std::string bad = good;
+    bad[0] = 0x11;
+    expect_error(small_run(data_dir("magic", bad), runs / "o"), 1, "bad magic");
+  }
+  SECTION("truncated shard (shorter than its header)") {
+    expect_error(small_run(data_dir("short", good.substr(0, 100)), runs / "o"), 1, "file of 100");
+  }
+  SECTION("num_tokens larger than the file") {
+    expect_error(small_run(data_dir("cut", good.substr(0, good.size() - 1000)), runs / "o"), 1, "header claims");
+  }
+  SECTION("token id >= vocab") {
+    std::string bad = good;
+    const std::size_t at = 1024 + 2 * 5;  // version 1: uint16 tokens after the 256-int32 header
+    bad[at] = static_cast<char>(0x2C);    // 300 = 0x012C
+    bad[at + 1] = 0x01;
+    expect_error(small_run(data_dir("vocab", bad), runs / "o"), 1, "token id 300");
+  }
+  SECTION("empty data directory") {
+    fs::create_directories(runs / "empty");
+    expect_error(small_run(runs / "empty", runs / "o"), 1, "no train_*.bin shards");
+  }
+  SECTION("unknown command-line flag") {
+    expect_error({"--no_such_flag", "3"}, 2, "no_such_flag");
+  }
+  SECTION("checkpoint from a different model type") {
+    REQUIRE(run(kTrain, small_run(corpus.dir.path, runs / "tiny", {"--steps", "3"}), runs, "tiny.log").exit_code == 0);
+    expect_error(small_run(corpus.dir.path, runs / "tiny", {"--model", "cmake100m", "--resume"}), 1,
+                 "different model type");
+  }
+  SECTION("NaN loss stops with the step number") {
+    expect_error(small_run(corpus.dir.path, runs / "nan", {"--debug_poison_step", "5"}), 3, "step 5: training loss is NaN");
+  }
+  SECTION("a global batch the micro-batch does not divide") {
+    expect_error(small_run(corpus.dir.path, runs / "o", {"--total_batch_size", "100"}), 1, "not a multiple");
+  }
+}
