@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <unistd.h>
@@ -20,4 +22,10 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   std::filesystem::path operator/(const std::string& name) const { return path / name; }
 };
+
+// The whole content of a file, byte for byte ("" when it cannot be opened).
+inline std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
 }  // namespace megacpp::testing

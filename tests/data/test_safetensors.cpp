@@ -17,10 +17,6 @@ namespace {
 void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
-std::string read_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 // A file assembled by hand from the spec: u64 LE header size, JSON header, data.
 std::string handmade(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
@@ -57,7 +53,7 @@ TEST_CASE("safetensors: write then read back every dtype, shape and metadata bit
   CHECK(r.read<std::int32_t, Cpu>("ids").to_host() == i.to_host());
   CHECK(r.read<float, Cpu>("scalar").shape() == Shape{});
   CHECK(r.entry("ids").dtype == "I32");
-  const std::string raw = read_bytes(dir / "ckpt.safetensors");
+  const std::string raw = megacpp::testing::file_bytes(dir / "ckpt.safetensors");
   std::uint64_t header_size = 0;
   for (int k = 7; k >= 0; --k) header_size = (header_size << 8) | static_cast<unsigned char>(raw[k]);
   CHECK(header_size % 8 == 0);  // data buffer aligned
@@ -104,7 +100,7 @@ TEST_CASE("atomic_write replaces a file whole", "[io]") {
   const std::string first = "first version", second = "second";
   io::atomic_write(dir / "f", std::span<const char>(first));
   io::atomic_write(dir / "f", std::span<const char>(second));
-  CHECK(read_bytes(dir / "f") == "second");
+  CHECK(megacpp::testing::file_bytes(dir / "f") == "second");
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path), {}) == 1);  // no temp left
   CHECK_THROWS_WITH((io::atomic_write(dir / "no_such_dir" / "f", std::span<const char>(first))), Contains("cannot create"));
 }

@@ -46,10 +46,6 @@ void train_step(Tiny& model, Opt& opt, std::uint64_t seed) {
   opt.zero_grad();
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 }  // namespace
 
 TEST_CASE("model and optimizer checkpoints round-trip bitwise and the next step matches", "[checkpoint]") {
@@ -112,7 +108,7 @@ TEST_CASE("a model file with a missing, extra or misshapen tensor names it", "[c
 
   // Truncated file: cut the data buffer short.
   io::save_model(dir / "whole.safetensors", model, id);
-  const std::string bytes = read_text(dir / "whole.safetensors");
+  const std::string bytes = megacpp::testing::file_bytes(dir / "whole.safetensors");
   std::ofstream(dir / "cut.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   CHECK_THROWS_AS(io::load_model(dir / "cut.safetensors", model, id), Error);
   CHECK(all_weights(model) == before);
@@ -199,7 +195,7 @@ TEST_CASE("metrics log is cut back on resume and the loss plot draws both series
   while (std::getline(in, line)) ++lines;
   CHECK(lines == 7);
   CHECK(write_loss_plot(dir / "m.jsonl", dir / "loss.svg", "test") == 7);
-  const std::string svg = read_text(dir / "loss.svg");
+  const std::string svg = megacpp::testing::file_bytes(dir / "loss.svg");
   CHECK(svg.find("<svg") == 0);
   CHECK(svg.find("<polyline") != std::string::npos);
 }

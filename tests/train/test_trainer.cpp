@@ -71,10 +71,6 @@ ProcessResult run(const std::string& exe, const std::vector<std::string>& args, 
   return megacpp::testing::run_process(exe, args, dir / log);
 }
 
-std::string bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 }  // namespace
 
 TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps straight, bitwise", "[trainer]") {
@@ -97,8 +93,8 @@ TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps strai
   const fs::path a = resolve_checkpoint(runs / "straight"), b = resolve_checkpoint(runs / "split");
   REQUIRE(a.filename() == "step_00000008");
   REQUIRE(b.filename() == "step_00000008");
-  CHECK(bytes_of(a / "model.safetensors") == bytes_of(b / "model.safetensors"));
-  CHECK(bytes_of(a / "optimizer.safetensors") == bytes_of(b / "optimizer.safetensors"));
+  CHECK(megacpp::testing::file_bytes(a / "model.safetensors") == megacpp::testing::file_bytes(b / "model.safetensors"));
+  CHECK(megacpp::testing::file_bytes(a / "optimizer.safetensors") == megacpp::testing::file_bytes(b / "optimizer.safetensors"));
   const auto sa = read_training_state(a / "state.json"), sb = read_training_state(b / "state.json");
   CHECK(sa.train_position == sb.train_position);
   CHECK(sa.rng_state == sb.rng_state);
@@ -197,7 +193,7 @@ TEST_CASE("trainer: bad input stops with a clear message, never a crash", "[trai
     fs::copy_file(corpus.dir / "val_000000.bin", d / "val_000000.bin");
     return d;
   };
-  const std::string good = bytes_of(corpus.dir / "train_000000.bin");
+  const std::string good = megacpp::testing::file_bytes(corpus.dir / "train_000000.bin");
 
   SECTION("wrong magic") {
     std::string bad = good;
