@@ -123,12 +123,21 @@ TEST_CASE("trainer: SIGKILL at random points never leaves a checkpoint that load
   const fs::path out = runs / "killed";
   Rng rng(2026);
   int loaded = 0;
+  // The content of `latest` ("" while there is none).
+  auto latest = [&] { return megacpp::testing::file_bytes(out / "latest"); };
   for (int attempt = 0; attempt < 6; ++attempt) {
     auto args = small_run(corpus.dir.path, out,
                           {"--steps", "100000", "--save_every", "1", "--eval_every", "100000", "--debug_checkpoint_pause_ms", "20"});
     if (fs::exists(out / "latest")) args.push_back("--resume");
+    const std::string before = latest();
     megacpp::testing::Process p(kTrain, args, runs / ("kill" + std::to_string(attempt) + ".log"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(600 + rng.below(900)));
+    // Wait (up to 2 minutes: CI machines are busy) until this process has published a checkpoint,
+    // so it is in its save-every-step loop, then kill it at a random point of the next ~2 steps
+    // (each save sleeps 20 ms between its files, so many kills land inside a write).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (latest() == before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng.below(200)));
     p.kill();
     const ProcessResult r = p.wait();
     INFO("attempt " << attempt << " output:\n" << r.output);
@@ -143,7 +152,7 @@ TEST_CASE("trainer: SIGKILL at random points never leaves a checkpoint that load
     CHECK(s.step >= 1);
     ++loaded;
   }
-  CHECK(loaded >= 4);
+  CHECK(loaded == 6);
   // And the run continues from whatever survived.
   const auto last = read_training_state(resolve_checkpoint(out) / "state.json");
   const auto r = run(kTrain, small_run(corpus.dir.path, out, {"--steps", std::to_string(last.step + 2), "--resume"}),
