@@ -235,11 +235,12 @@ TEST_CASE("chunked_scan: gradcheck of every operand across document and chunk bo
   }
 }
 
-TEST_CASE("chunked_scan: documents are isolated bitwise (pack == alone, A cannot reach B)", "[mamba][scan][masking]") {
-  // pack [A A A A A][B B B B B B B]: B spans two chunks of 4 and starts mid-chunk of the row grid.
-  const index_t TA = 5, TB = 7, H = 2, R = 2, N = 4, P = 3;
+namespace {
+// pack [A x TA][B x TB] in one row: B's scan outputs equal B alone bitwise for every chunk size,
+// and poisoning A's operands with NaN and 1e300 leaves them unchanged.
+void check_pack_equals_alone(index_t TA, index_t TB, index_t H, index_t R, index_t N, index_t P,
+                             const std::vector<index_t>& chunks) {
   const ScanCase packed{1, TA + TB, H, H, R, N, P};
-  const ScanCase alone{1, TB, H, H, R, N, P};
   const Docs docs_packed = docs_from_lengths({{TA, TB}});
   const Docs docs_alone = docs_from_lengths({{TB}});
   auto in = random_scan_inputs(packed, 5);
@@ -252,14 +253,13 @@ TEST_CASE("chunked_scan: documents are isolated bitwise (pack == alone, A cannot
     return V64::parameter(T64::from_host(s, std::vector<double>(all.begin() + TA * per_token, all.end())));
   };
   ScanInputs<double, Cpu> in_b{tail(in.q), tail(in.k), tail(in.v), tail(in.log_alpha), tail(in.gamma), tail(in.shift), in.D};
-  (void)alone;
   auto b_rows = [&](const std::vector<double>& y) {
     const std::size_t per_token = y.size() / static_cast<std::size_t>(TA + TB);
     return std::vector<double>(y.begin() + TA * static_cast<std::ptrdiff_t>(per_token), y.end());
   };
   NoGrad no_grad;
-  for (index_t chunk : {1, 3, 4, 64}) {
-    INFO("chunk " << chunk);
+  for (index_t chunk : chunks) {
+    INFO("TA " << TA << ", TB " << TB << ", rank " << R << ", P " << P << ", chunk " << chunk);
     const auto y_alone = chunked_scan(in_b, docs_alone, chunk).value().to_host();
     const auto y_pack = b_rows(chunked_scan(in, docs_packed, chunk).value().to_host());
     CHECK(y_pack == y_alone);  // bitwise
@@ -276,6 +276,60 @@ TEST_CASE("chunked_scan: documents are isolated bitwise (pack == alone, A cannot
     CHECK(b_rows(chunked_scan(poisoned, docs_packed, chunk).value().to_host()) == y_alone);
     CHECK(b_rows(sequential_scan(poisoned, docs_packed).value().to_host()) ==
           b_rows(sequential_scan(in, docs_packed).value().to_host()));
+  }
+}
+}  // namespace
+
+TEST_CASE("chunked_scan: documents are isolated bitwise (pack == alone, A cannot reach B)", "[mamba][scan][masking]") {
+  // B spans two chunks of 4 and starts mid-chunk of the row grid.
+  check_pack_equals_alone(5, 7, 2, 2, 4, 3, {1, 3, 4, 64});
+  // Documents longer than the forward's 32-token pieces, with P = 17 so that B's rows, read in
+  // place at rank 1, sit at a different alignment in the pack than alone; the piece tiles of
+  // small_gemm (several packets of P) and its leftover column both run.
+  check_pack_equals_alone(37, 90, 2, 1, 8, 17, {16, 33, 64, 100});
+  check_pack_equals_alone(41, 75, 1, 2, 8, 17, {64});
+}
+
+TEST_CASE("chunked_scan: long documents split into forward pieces equal the recurrence, values and gradients",
+          "[mamba][scan]") {
+  // Chunks and documents longer than the forward's 32-token pieces (the short-document tests above
+  // never split a chunk), P >= 16 so the register tiles run; gradients through the saved
+  // chunk-entry states must match those of 1-token chunks, where no piece is ever split.
+  const Docs docs = docs_from_lengths({{1, 40, 70, 39}, {100, 50}});
+  const std::vector<std::pair<const char*, ScanCase>> cases{
+      {"SISO, P 17", {2, 150, 2, 2, 1, 8, 17}},
+      {"MIMO rank 2, P 16", {2, 150, 2, 1, 2, 6, 16}},
+      {"Mamba-2, P 24", {2, 150, 2, 1, 1, 8, 24, false, true}},
+  };
+  for (const auto& [name, c] : cases) {
+    const auto in = random_scan_inputs(c, 11);
+    std::vector<double> reference;
+    {
+      NoGrad no_grad;
+      reference = sequential_scan(in, docs).value().to_host();
+    }
+    Rng rng(12);
+    const auto weights = V64(randn<double, Cpu>(Shape{c.batch, c.seq, c.heads, c.rank, c.P}, rng));
+    auto grads_with_chunk = [&](index_t chunk) {
+      const auto ops = operands(in);
+      std::vector<V64> fresh;
+      for (const V64& x : ops) fresh.push_back(V64::parameter(x.value().clone()));
+      auto y = chunked_scan(with_operands(in, fresh), docs, chunk);
+      INFO(name << ", chunk " << chunk);
+      CHECK(max_rel_diff(y.value().to_host(), reference) < 1e-10);
+      backward(sum(mul(y, weights)));
+      std::vector<std::vector<double>> g;
+      for (const V64& x : fresh) g.push_back(x.grad().to_host());
+      return g;
+    };
+    const auto g_one = grads_with_chunk(1);
+    for (index_t chunk : {33, 64, 100}) {
+      const auto g = grads_with_chunk(chunk);
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        INFO(name << ", chunk " << chunk << ", operand " << i);
+        CHECK(max_rel_diff(g[i], g_one[i]) < 1e-10);
+      }
+    }
   }
 }
 
