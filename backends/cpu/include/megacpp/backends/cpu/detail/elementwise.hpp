@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
+#include "megacpp/backends/cpu/detail/packet_math.hpp"
 #include "megacpp/backends/cpu/detail/parallel.hpp"
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/dtypes.hpp"
+#include "megacpp/core/functors.hpp"
 
 namespace megacpp::cpu {
 
@@ -23,6 +26,13 @@ template <class T, class F, class... Ins>
 void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   const index_t n = rows * cols;
   if (!(ins.broadcast || ...)) {
+    if constexpr (std::is_same_v<F, fn::Softcap> && sizeof...(Ins) == 1) {
+      // the head's softcap over (tokens, vocab) logits: on SIMD packets (packet_math.hpp)
+      parallel_chunks(n, 20, [&](index_t begin, index_t end) {
+        softcap_rows<T>(end - begin, (ins.data + begin)..., static_cast<T>(f.cap), out + begin);
+      });
+      return;
+    }
     parallel_chunks(n, 1, [&](index_t begin, index_t end) {
       for (index_t i = begin; i < end; ++i) out[i] = f(ins.data[i]...);
     });

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "megacpp/backends/cpu/detail/packet_math.hpp"
 #include "megacpp/backends/cpu/detail/parallel.hpp"
 #include "megacpp/backends/cpu/detail/rows.hpp"
 #include "megacpp/core/config.hpp"
@@ -80,9 +81,7 @@ void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int3
   parallel_for(rows, vocab * 8, [&](index_t r) {
     const T* z = logits + r * vocab;
     const T m = row_max(z, vocab);
-    T sum = 0;
-    for (index_t v = 0; v < vocab; ++v) sum += std::exp(z[v] - m);
-    lse[r] = m + std::log(sum);
+    lse[r] = m + std::log(exp_sum(vocab, z, m));
     const T w = mask ? mask[r] : T(1);
     losses[r] = w == T(0) ? T(0) : w * (lse[r] - z[targets[r]]);
   });
@@ -97,7 +96,9 @@ void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const 
     if (w == T(0)) return;
     const T* z = logits + r * vocab;
     T* g = glogits + r * vocab;
-    for (index_t v = 0; v < vocab; ++v) g[v] += w * std::exp(z[v] - lse[r]);
+    namespace ei = Eigen::internal;
+    const Packet<T> shift = ei::pset1<Packet<T>>(lse[r]), weight = ei::pset1<Packet<T>>(w);
+    packet_map<T>(vocab, z, g, g, [&](Packet<T> zv, Packet<T> gv) { return ei::pmadd(weight, ei::pexp(ei::psub(zv, shift)), gv); });
     g[targets[r]] -= w;
   });
 }
