@@ -1,4 +1,5 @@
-// bench/gemm.cpp: GFLOP/s of megacpp's matmul op (the autograd path) beside Eigen called directly.
+// bench/gemm.cpp: GFLOP/s of megacpp's matmul op (the autograd path) and of Cpu::gemm beside Eigen's
+// product called directly.
 //
 // For n in {1024, 2048}: C (n, n) = A (n, n) B (n, n) in fp32, five cases timed round-robin
 // (bench_common.hpp: time_interleaved) so that ratios between them survive a noisy machine:
@@ -6,10 +7,12 @@
 //                  threaded by Eigen's own OpenMP split: the figure the op must match (the CPU
 //                  backend splits a product across 2 threads itself, cpu::gemm_split)
 //   eigen 1 thread the same on one thread: how much the threads actually add
+//   Cpu::gemm 1t   the backend's packed kernel on one thread (per-thread efficiency vs Eigen's)
 //   matmul fwd     matmul(a, b), a and b leaves requiring grad: records the graph (training path)
 //   fwd nograd     matmul(a, b) under NoGrad
 //   fwd+bwd        zero_grad, matmul, backward with a fixed upstream gradient dC: three GEMMs
 //                  (C = AB, dA = dC B^T, dB = A^T dC), counted as 3 * 2 n^3 flops
+// Then the products of one dense training step (bench/train_step's model), Cpu::gemm vs Eigen.
 // Before timing, every result is checked against a naive double-precision reference on sampled
 // entries, and the op is run twice to check it is bitwise deterministic at this thread count;
 // the printed hashes let two runs (same thread count) be compared.
@@ -67,7 +70,7 @@ std::uint64_t bits_hash(const float* p, index_t count) {
 }
 
 struct SizeResult {
-  double eigen = 0, eigen_1t = 0, fwd = 0, fwd_nograd = 0, fwdbwd = 0;  // GFLOP/s
+  double eigen = 0, eigen_1t = 0, packed_1t = 0, fwd = 0, fwd_nograd = 0, fwdbwd = 0;  // GFLOP/s
 };
 
 SizeResult bench_size(index_t n, const bench::BenchArgs& args, bool& all_ok) {
@@ -134,6 +137,13 @@ SizeResult bench_size(index_t n, const bench::BenchArgs& args, bool& all_ok) {
                      C.noalias() = A * B;
                      Eigen::setNbThreads(args.threads);
                    }});
+  GemmArgs square;
+  square.m = square.n = square.k = square.lda = square.ldb = square.ldc = n;
+  cases.push_back({"Cpu::gemm, 1 thread", [&] {
+                     omp_set_num_threads(1);
+                     Cpu::gemm<float>(square, 1.0f, pa, pb, 0.0f, eigen_out.data());
+                     omp_set_num_threads(args.threads);
+                   }});
   cases.push_back({"matmul fwd (grad on)", [&] { Var<float, Cpu> out = matmul(a, b); }});
   cases.push_back({"matmul fwd (NoGrad)", [&] {
                      NoGrad no_grad;
@@ -150,7 +160,7 @@ SizeResult bench_size(index_t n, const bench::BenchArgs& args, bool& all_ok) {
   const std::vector<bench::Timing> t = bench::time_interleaved(cases, budget_s, min_reps);
 
   const double gemm_flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
-  const double flops[] = {gemm_flops, gemm_flops, gemm_flops, gemm_flops, 3 * gemm_flops};
+  const double flops[] = {gemm_flops, gemm_flops, gemm_flops, gemm_flops, gemm_flops, 3 * gemm_flops};
   std::printf("  %-22s %10s %10s %9s %9s %5s\n", "case", "median ms", "min ms", "GFLOP/s", "vs eigen", "reps");
   std::vector<double> gflops;
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -158,8 +168,57 @@ SizeResult bench_size(index_t n, const bench::BenchArgs& args, bool& all_ok) {
     std::printf("  %-22s %10.2f %10.2f %9.1f %9.3f %5d\n", cases[i].name.c_str(), t[i].median_s * 1e3,
                 t[i].min_s * 1e3, gflops[i], gflops[i] / gflops[0], t[i].reps);
   }
-  std::printf("  fwd+bwd time / fwd time: %.2f (3 GEMMs: ideal 3.00)\n", t[4].median_s / t[2].median_s);
-  return {gflops[0], gflops[1], gflops[2], gflops[3], gflops[4]};
+  std::printf("  fwd+bwd time / fwd time: %.2f (3 GEMMs: ideal 3.00)\n", t[5].median_s / t[3].median_s);
+  return {gflops[0], gflops[1], gflops[2], gflops[3], gflops[4], gflops[5]};
+}
+
+// The products of one training step of bench/train_step's dense model (4096 tokens, d 512,
+// MLP 2048, kv 128, vocab chunks of 1024 x 8192): forward x W^T, dX = dY W, dW = dY^T X.
+// Cpu::gemm against Eigen's product (threaded by Eigen) on the same buffers, timed round-robin.
+struct ModelShapes {
+  double packed = 0, eigen = 0;  // GFLOP/s over all the shapes (total flops / total time)
+};
+ModelShapes bench_model_shapes(const bench::BenchArgs& args) {
+  struct Product { const char* what; index_t m, n, k; bool ta, tb; };
+  const std::vector<Product> products{
+      {"q/o proj fwd  x W^T", 4096, 512, 512, false, true},   {"k/v proj fwd  x W^T", 4096, 128, 512, false, true},
+      {"mlp up fwd    x W^T", 4096, 2048, 512, false, true},  {"mlp down fwd  x W^T", 4096, 512, 2048, false, true},
+      {"mlp up dX     dY W", 4096, 512, 2048, false, false},   {"mlp up dW     dY^T X", 2048, 512, 4096, true, false},
+      {"q proj dW     dY^T X", 512, 512, 4096, true, false},  {"head logits   h E^T", 1024, 8192, 512, false, true},
+      {"head dh       dz E", 1024, 512, 8192, false, false},   {"head dE       dz^T h", 8192, 512, 1024, true, false},
+  };
+  std::printf("\nthe dense train-step model's products (bench/train_step), Cpu::gemm vs Eigen:\n");
+  std::printf("  %-22s %6s %6s %6s %9s %9s %7s\n", "product", "m", "n", "k", "GFLOP/s", "eigen", "ratio");
+  ModelShapes total;
+  double flops = 0, t_packed = 0, t_eigen = 0;
+  Rng rng(99);
+  for (const Product& p : products) {
+    GemmArgs g;
+    g.trans_a = p.ta;
+    g.trans_b = p.tb;
+    g.m = p.m;
+    g.n = p.n;
+    g.k = p.k;
+    g.lda = p.ta ? p.m : p.k;
+    g.ldb = p.tb ? p.k : p.n;
+    g.ldc = p.n;
+    const auto A = randn<float, Cpu>(Shape{p.m * p.k}, rng), B = randn<float, Cpu>(Shape{p.k * p.n}, rng);
+    Tensor<float, Cpu> C(Shape{p.m * p.n});
+    const auto t = bench::time_interleaved(
+        {{"packed", [&] { Cpu::gemm<float>(g, 1.0f, A.data(), B.data(), 0.0f, C.data()); }},
+         {"eigen", [&] { cpu::eigen_gemm<float>(g, 1.0f, A.data(), B.data(), 0.0f, C.data()); }}},
+        args.quick ? 0.1 : 0.6, args.quick ? 2 : 5);
+    const double f = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+    flops += f;
+    t_packed += t[0].median_s;
+    t_eigen += t[1].median_s;
+    std::printf("  %-22s %6" PRId64 " %6" PRId64 " %6" PRId64 " %9.1f %9.1f %7.2f\n", p.what, p.m, p.n, p.k,
+                f / t[0].median_s * 1e-9, f / t[1].median_s * 1e-9, t[1].median_s / t[0].median_s);
+  }
+  total.packed = flops / t_packed * 1e-9;
+  total.eigen = flops / t_eigen * 1e-9;
+  std::printf("  %-22s %20s %9.1f %9.1f %7.2f\n", "all", "", total.packed, total.eigen, total.packed / total.eigen);
+  return total;
 }
 
 }  // namespace
@@ -173,12 +232,15 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   const SizeResult r1024 = bench_size(1024, args, all_ok);
   const SizeResult r2048 = bench_size(2048, args, all_ok);
+  const ModelShapes model = bench_model_shapes(args);
 
   const double peak_end = bench::fma_peak_gflops();
   std::printf("\nfp32 FMA peak at the end: %.1f GFLOP/s (a change from the start means the machine changed state)\n",
               peak_end);
-  std::printf("matmul fwd / eigen at 2048: %.3f; eigen at 2048 reaches %.0f%% of the FMA peak\n",
-              r2048.fwd / r2048.eigen, 100.0 * r2048.eigen / std::max(peak_start, peak_end));
+  std::printf("matmul fwd / eigen at 2048: %.3f; at 2048 matmul reaches %.0f%%, eigen %.0f%% of the FMA peak; "
+              "one thread: Cpu::gemm / eigen %.3f\n",
+              r2048.fwd / r2048.eigen, 100.0 * r2048.fwd / std::max(peak_start, peak_end),
+              100.0 * r2048.eigen / std::max(peak_start, peak_end), r2048.packed_1t / r2048.eigen_1t);
   if (!all_ok) std::printf("CHECK FAILED: see the reference/determinism lines above\n");
 
   bench::JsonLine json("gemm");
@@ -192,6 +254,9 @@ int main(int argc, char** argv) {
       .add("matmul_fwdbwd_gflops_2048", r2048.fwdbwd)
       .add("eigen_gflops_2048", r2048.eigen)
       .add("eigen_1thread_gflops_2048", r2048.eigen_1t)
+      .add("gemm_1thread_gflops_2048", r2048.packed_1t)
+      .add("model_products_gflops", model.packed)
+      .add("model_products_eigen_gflops", model.eigen)
       .add("ratio_fwd_vs_eigen_2048", r2048.fwd / r2048.eigen, 3)
       .add("fma_peak_gflops", std::min(peak_start, peak_end))
       .add("checks_ok", all_ok ? 1 : 0);

@@ -109,7 +109,7 @@ TEST_CASE("Cpu::scatter_add_rows accumulates repeated indices", "[kernels]") {
   CHECK(table == std::vector<double>{3, 4, 5, 0, 0, 0, 0 + 6 + 9, 1 + 7 + 10, 2 + 8 + 11});
 }
 
-TEST_CASE("Kernels other than GEMM give bitwise the same result on 1 and 2 threads", "[kernels][determinism]") {
+TEST_CASE("Row kernels give bitwise the same result on 1 and 2 threads", "[kernels][determinism]") {
   const index_t rows = 512, cols = 1000;
   const auto xd = random_vector(static_cast<std::size_t>(rows * cols), 9);
   const std::vector<float> x(xd.begin(), xd.end());

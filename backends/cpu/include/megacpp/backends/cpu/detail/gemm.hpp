@@ -1,24 +1,11 @@
-// CPU backend: strided batched GEMM through Eigen's blocked kernels (AVX-512/FMA when built
-// with -march=native). On up to kGemmMaxSplitThreads threads a large product is split by
-// gemm_split into one independent single-threaded Eigen product per thread; on more threads
-// Eigen's own parallel GEMM splits it.
+// CPU backend: strided batched GEMM. Each product runs the packed register-tiled kernel of
+// gemm_kernel.hpp; gemm() splits C across threads into independent blocks. eigen_gemm() is the
+// reference it is tested and benchmarked against (Eigen's blocked product).
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
-// GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsic headers when Eigen
-// inlines them (GCC bug 105593, fixed in GCC 13). The diagnostic is attributed to the intrinsic
-// header's lines, so ignoring it while those headers are first included silences exactly it.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#endif
-#include <Eigen/Core>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
+#include "megacpp/backends/cpu/detail/eigen.hpp"
+#include "megacpp/backends/cpu/detail/gemm_kernel.hpp"
 #include "megacpp/backends/cpu/detail/parallel.hpp"
 #include "megacpp/core/backend.hpp"
 
@@ -31,9 +18,11 @@ using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>, Eigen::Unaligned, Eig
 template <class T>
 using MatrixMap = Eigen::Map<RowMajorMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
-// C = alpha * op(A) op(B) + beta * C for one matrix of the batch.
+// Reference: C = alpha * op(A) op(B) + beta * C for one matrix of the batch through Eigen's
+// product (threaded by Eigen itself outside a parallel region). Tests and bench/gemm compare the
+// packed kernel with it.
 template <class T>
-void gemm_one(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) {
+void eigen_gemm(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) {
   const ConstMatrixMap<T> a(A, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, Eigen::OuterStride<>(g.lda));
   const ConstMatrixMap<T> b(B, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, Eigen::OuterStride<>(g.ldb));
   MatrixMap<T> c(C, g.m, g.n, Eigen::OuterStride<>(g.ldc));
@@ -55,24 +44,13 @@ void gemm_one(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) 
   else product(a, b);
 }
 
-// Multiply-adds per thread below which a product uses fewer threads: Eigen's own figure
-// (kMinTaskSize in Eigen/src/Core/products/Parallelizer.h), so every product that Eigen would
-// run on 2 threads is split here instead, and smaller ones run on one thread in both.
+// Multiply-adds per thread below which a product uses fewer threads: the fork/join and the
+// extra packing of the shared operand cost more than the split saves (Eigen uses the same
+// figure: kMinTaskSize in Eigen/src/Core/products/Parallelizer.h).
 inline constexpr index_t kGemmMinMacsPerThread = 50'000;
 // A batch of products smaller than this runs one product per thread instead (no split, no
 // repacking, one fork/join for the whole batch).
 inline constexpr index_t kGemmBatchSplitThreshold = index_t{1} << 24;
-// Threads split C at multiples of this many rows or columns, so that every thread's block is
-// made of whole micro-kernel tiles (Eigen 3.4's fp32 AVX-512 tile is 48 x 4).
-inline constexpr index_t kGemmSplitGrain = 48;
-
-// Up to this many threads a product is split into independent blocks (gemm_split); beyond it
-// Eigen's own parallel GEMM runs. Every block packs the whole shared operand, so the redundant
-// packing grows with the thread count: computed on one thread as 2 row blocks, a 1024^3 or
-// 2048^3 product takes 4-6% longer than as one block, as 16 row blocks 55-65% longer. Eigen
-// packs each panel once and shares it, which should win on many cores; only 2 threads could be
-// measured here.
-inline constexpr int kGemmMaxSplitThreads = 2;
 
 // Threads for one product of `macs` multiply-adds: 1 below 2 * kGemmMinMacsPerThread.
 inline int gemm_threads(index_t macs) {
@@ -81,33 +59,34 @@ inline int gemm_threads(index_t macs) {
 }
 
 // One product on `threads` threads: C split into one contiguous block of rows (or, when C is
-// wider than tall, of columns) per thread, each block a single-threaded Eigen product (Eigen
-// does not fork inside a parallel region).
+// wider than tall, of columns) per thread, each block a single-threaded packed product.
 //
-// Why not Eigen's own OpenMP split: its threads share packed panels of op(A) and wait on each
-// other at every depth block, so one late thread (a preempted vCPU, a busy hyperthread sibling)
-// stalls all of them. Independent blocks cost one extra packing of the shared operand per thread
-// (k n floats, beside m n k / threads multiply-adds). On 2 threads of the 2-vCPU dev box they
-// measured as fast as Eigen's split or faster at every size from 48^3 to 2048^3: 1.3-1.9x at
-// 96^3-128^3, 1.1-1.2x at 1024^3-2048^3 (bench/gemm.cpp prints both). Each element of C is
-// still computed by one thread in a fixed order: bitwise reproducible for a given thread count.
+// Why independent blocks rather than threads sharing packed panels (BLIS, Eigen): shared panels
+// make the threads wait on each other at every depth block, so one late thread (a preempted
+// vCPU, a busy hyperthread sibling) stalls all of them; a block costs one extra packing of the
+// shared operand per thread (k n elements beside m n k / threads multiply-adds). Blocks start at
+// whole tiles (MR rows, NR columns) so no thread computes a padded tile it does not need.
+//
+// Every element of C is computed by one thread with the same arithmetic as on one thread
+// (gemm_kernel.hpp): the result is bitwise independent of the thread count.
 template <class T>
 void gemm_split(const GemmArgs& g, int threads, T alpha, const T* A, const T* B, T beta, T* C) {
+  using Tile = packed_gemm::Tiling<T>;
   const bool by_rows = g.m >= g.n;
   const index_t extent = by_rows ? g.m : g.n;
 #pragma omp parallel num_threads(threads)
   {
-    const auto [begin, end] = thread_chunk(extent, omp_get_thread_num(), omp_get_num_threads(), kGemmSplitGrain);
+    const auto [begin, end] = thread_chunk(extent, omp_get_thread_num(), omp_get_num_threads(), by_rows ? Tile::MR : Tile::NR);
     if (begin < end) {
       GemmArgs part = g;
       if (by_rows) {
         part.m = end - begin;
         const T* a_rows = g.trans_a ? A + begin : A + begin * g.lda;  // rows [begin, end) of op(A)
-        gemm_one<T>(part, alpha, a_rows, B, beta, C + begin * g.ldc);
+        packed_gemm::gemm<T>(part, alpha, a_rows, B, beta, C + begin * g.ldc);
       } else {
         part.n = end - begin;
         const T* b_cols = g.trans_b ? B + begin * g.ldb : B + begin;  // columns [begin, end) of op(B)
-        gemm_one<T>(part, alpha, A, b_cols, beta, C + begin);
+        packed_gemm::gemm<T>(part, alpha, A, b_cols, beta, C + begin);
       }
     }
   }
@@ -120,7 +99,7 @@ void gemm(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) {
   // A batch of small products: one product per thread.
   if (g.batch > 1 && macs < kGemmBatchSplitThreshold) {
     parallel_for(g.batch, macs, [&](index_t i) {
-      gemm_one<T>(g, alpha, A + i * g.stride_a, B + i * g.stride_b, beta, C + i * g.stride_c);
+      packed_gemm::gemm<T>(g, alpha, A + i * g.stride_a, B + i * g.stride_b, beta, C + i * g.stride_c);
     });
     return;
   }
@@ -130,8 +109,8 @@ void gemm(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) {
     const T* a = A + i * g.stride_a;
     const T* b = B + i * g.stride_b;
     T* c = C + i * g.stride_c;
-    if (threads > 1 && threads <= kGemmMaxSplitThreads) gemm_split<T>(g, threads, alpha, a, b, beta, c);
-    else gemm_one<T>(g, alpha, a, b, beta, c);  // Eigen threads it itself above kGemmMaxSplitThreads
+    if (threads > 1) gemm_split<T>(g, threads, alpha, a, b, beta, c);
+    else packed_gemm::gemm<T>(g, alpha, a, b, beta, c);
   }
 }
 

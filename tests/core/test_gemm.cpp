@@ -1,0 +1,166 @@
+// The CPU GEMM (backends/cpu/detail/gemm_kernel.hpp): values against a naive double reference
+// across every tile, block and tail boundary, and the property the masking invariants rely on:
+// a row of C depends only on its row of op(A) and on op(B), bitwise, whatever the row count,
+// the rows beside it and the thread count.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "megacpp/megacpp.hpp"
+
+using namespace megacpp;
+
+namespace {
+
+// Naive reference: C = alpha op(A) op(B) + beta C, in long double.
+template <class T>
+std::vector<T> reference(const GemmArgs& g, T alpha, const std::vector<T>& A, const std::vector<T>& B, T beta,
+                         std::vector<T> C) {
+  for (index_t i = 0; i < g.m; ++i)
+    for (index_t j = 0; j < g.n; ++j) {
+      long double acc = 0;
+      for (index_t p = 0; p < g.k; ++p) {
+        const long double a = g.trans_a ? A[p * g.lda + i] : A[i * g.lda + p];
+        const long double b = g.trans_b ? B[j * g.ldb + p] : B[p * g.ldb + j];
+        acc += a * b;
+      }
+      T& c = C[i * g.ldc + j];
+      c = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0L : beta * static_cast<long double>(c)));
+    }
+  return C;
+}
+
+template <class T>
+std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(rng.normal());
+  return v;
+}
+
+// A product with leading dimensions padded by `pad` beyond the logical width (views into larger
+// matrices, as the layers' column slices are).
+GemmArgs make_args(index_t m, index_t n, index_t k, bool ta, bool tb, index_t pad) {
+  GemmArgs g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = (ta ? m : k) + pad;
+  g.ldb = (tb ? k : n) + pad;
+  g.ldc = n + pad;
+  return g;
+}
+std::size_t a_size(const GemmArgs& g) { return static_cast<std::size_t>((g.trans_a ? g.k : g.m) * g.lda); }
+std::size_t b_size(const GemmArgs& g) { return static_cast<std::size_t>((g.trans_b ? g.n : g.k) * g.ldb); }
+std::size_t c_size(const GemmArgs& g) { return static_cast<std::size_t>(g.m * g.ldc); }
+
+template <class T>
+void check_against_reference(index_t m, index_t n, index_t k, bool ta, bool tb, index_t pad, T alpha, T beta, double tol) {
+  const GemmArgs g = make_args(m, n, k, ta, tb, pad);
+  const auto A = random_values<T>(a_size(g), 1), B = random_values<T>(b_size(g), 2);
+  auto C = random_values<T>(c_size(g), 3);
+  const auto expected = reference<T>(g, alpha, A, B, beta, C);
+  Cpu::gemm<T>(g, alpha, A.data(), B.data(), beta, C.data());
+  INFO("m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb << " pad " << pad << " alpha "
+            << alpha << " beta " << beta);
+  double worst = 0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < g.ldc; ++j) {
+      const std::size_t at = static_cast<std::size_t>(i * g.ldc + j);
+      if (j >= n) {  // padding columns are never written
+        REQUIRE(std::memcmp(&C[at], &expected[at], sizeof(T)) == 0);
+        continue;
+      }
+      const double scale = std::sqrt(static_cast<double>(k)) + std::abs(static_cast<double>(expected[at]));
+      worst = std::max(worst, std::abs(static_cast<double>(C[at]) - static_cast<double>(expected[at])) / scale);
+    }
+  CHECK(worst < tol);
+}
+
+}  // namespace
+
+TEST_CASE("Cpu::gemm equals a naive reference across tile, block and tail boundaries", "[kernels][gemm]") {
+  // m around the 6-row tile and the 96-row block; n around the 64- (fp32) / 32-column (fp64)
+  // tile; k around the 256-deep block; transposes; padded leading dimensions.
+  for (index_t m : {1, 5, 6, 7, 97, 200})
+    for (index_t n : {1, 31, 33, 64, 65, 130})
+      for (index_t k : {1, 17, 256, 257, 600})
+        for (bool ta : {false, true})
+          for (bool tb : {false, true}) {
+            check_against_reference<double>(m, n, k, ta, tb, (m + n + k) % 3, 1.0, 0.0, 1e-14);
+            check_against_reference<float>(m, n, k, ta, tb, (m + n) % 2, 1.0f, 1.0f, 1e-5);
+          }
+  // alpha and beta other than 0 and 1, on a product large enough to be split across threads
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_against_reference<double>(301, 257, 300, ta, tb, 3, 1.5, 0.5, 1e-14);
+      check_against_reference<float>(150, 2100, 70, ta, tb, 0, -0.75f, 2.0f, 1e-5);
+    }
+}
+
+TEST_CASE("Cpu::gemm with beta 0 never reads C (NaN there does not reach the result); k 0 gives beta C",
+          "[kernels][gemm]") {
+  const GemmArgs g = make_args(13, 70, 300, false, true, 0);
+  const auto A = random_values<float>(a_size(g), 4), B = random_values<float>(b_size(g), 5);
+  std::vector<float> C(c_size(g), std::numeric_limits<float>::quiet_NaN());
+  Cpu::gemm<float>(g, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  for (float c : C) REQUIRE(std::isfinite(c));
+
+  GemmArgs empty = make_args(3, 4, 0, false, false, 0);
+  std::vector<double> c2{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  Cpu::gemm<double>(empty, 1.0, nullptr, nullptr, 0.5, c2.data());
+  CHECK(c2[11] == 6.0);
+  Cpu::gemm<double>(empty, 1.0, nullptr, nullptr, 0.0, c2.data());
+  CHECK(c2[11] == 0.0);
+}
+
+TEST_CASE("Cpu::gemm: a row of C depends only on its row of op(A), bitwise (row count, neighbours, threads)",
+          "[kernels][gemm][determinism]") {
+  // The whole-layer masking invariant (a document gives the same bits packed or alone) needs
+  // exactly this of every projection: run the product on all rows, on a sub-range starting at an
+  // odd row, and one row at a time, on 1 and 2 threads, and compare bits.
+  const index_t m = 203, n = 300, k = 530;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("ta " << ta << " tb " << tb);
+      const GemmArgs g = make_args(m, n, k, ta, tb, 0);
+      const auto A = random_values<float>(a_size(g), 6), B = random_values<float>(b_size(g), 7);
+      auto rows_of = [&](index_t first, index_t count, int threads) {
+        omp_set_num_threads(threads);
+        GemmArgs part = g;
+        part.m = count;
+        const float* a = ta ? A.data() + first : A.data() + first * g.lda;
+        std::vector<float> C(static_cast<std::size_t>(count * n));
+        Cpu::gemm<float>(part, 1.0f, a, B.data(), 0.0f, C.data());
+        omp_set_num_threads(2);
+        return C;
+      };
+      const auto all_two = rows_of(0, m, 2), all_one = rows_of(0, m, 1);
+      REQUIRE(std::memcmp(all_two.data(), all_one.data(), all_two.size() * sizeof(float)) == 0);
+      const index_t first = 37, count = 101;
+      const auto part = rows_of(first, count, 2);
+      REQUIRE(std::memcmp(part.data(), all_two.data() + first * n, part.size() * sizeof(float)) == 0);
+      for (index_t i : {index_t{0}, index_t{5}, index_t{97}, m - 1}) {
+        const auto row = rows_of(i, 1, 2);
+        REQUIRE(std::memcmp(row.data(), all_two.data() + i * n, row.size() * sizeof(float)) == 0);
+      }
+    }
+}
+
+TEST_CASE("Cpu::gemm agrees with Eigen's product (the reference it replaced)", "[kernels][gemm]") {
+  const GemmArgs g = make_args(517, 389, 700, false, true, 0);
+  const auto A = random_values<float>(a_size(g), 8), B = random_values<float>(b_size(g), 9);
+  std::vector<float> C(c_size(g)), C_eigen(c_size(g));
+  Cpu::gemm<float>(g, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  cpu::eigen_gemm<float>(g, 1.0f, A.data(), B.data(), 0.0f, C_eigen.data());
+  double worst = 0;
+  for (std::size_t i = 0; i < C.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(C[i] - C_eigen[i])));
+  CHECK(worst < 1e-4);  // sums of 700 products of N(0, 1) values: |C| ~ 26, fp32 rounding ~ 1e-5
+}
