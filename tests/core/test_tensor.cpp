@@ -62,6 +62,33 @@ TEST_CASE("Tensor: memory accounting tracks current and peak bytes", "[tensor]")
   CHECK(Cpu::memory_stats().peak_bytes >= before.current_bytes + 1024 * 256 * 4);
 }
 
+TEST_CASE("Cpu block cache: a freed large block is reused for the same size, outside memory_stats", "[tensor][memory]") {
+  Cpu::empty_cache();
+  const auto before = Cpu::memory_stats();
+  const std::size_t bytes = cpu::aligned_bytes(1000 * 257 * 4);  // ~1 MiB, keyed by exact (64-byte rounded) size
+  const float* first = nullptr;
+  {
+    CpuTensor<float> t(Shape{1000, 257});
+    first = t.data();
+  }
+  CHECK(Cpu::memory_stats().current_bytes == before.current_bytes);
+  if (cpu::cache_limit_bytes() == 0) {  // MEGACPP_CPU_CACHE_MB=0, or an AddressSanitizer build
+    CHECK(Cpu::cached_bytes() == 0);
+    return;
+  }
+  CHECK(Cpu::cached_bytes() == bytes);
+  {
+    CpuTensor<float> again(Shape{257, 1000});  // same byte size, other shape
+    CHECK(again.data() == first);
+    CHECK(Cpu::cached_bytes() == 0);
+    CHECK(Cpu::memory_stats().current_bytes == before.current_bytes + bytes);
+    CpuTensor<float> small(Shape{1000});  // below the cached size: malloc's business
+  }
+  CHECK(Cpu::cached_bytes() == bytes);
+  Cpu::empty_cache();
+  CHECK(Cpu::cached_bytes() == 0);
+}
+
 TEST_CASE("Tensor: bad construction and views are errors naming the values", "[tensor]") {
   CHECK_THROWS_AS((CpuTensor<float>::from_host({2, 2}, {1, 2, 3})), Error);
   CHECK_THROWS_WITH((CpuTensor<float>::from_host({2, 2}, {1, 2, 3})), Contains("shape (2, 2) needs 4 values, got 3"));
