@@ -9,7 +9,8 @@
 ///     }, x, w);
 ///
 /// The backward receives the gradient of the result and adds its inputs' gradients into their
-/// grad_buffer()s. It is recorded only when gradients are enabled (no NoGrad scope) and some
+/// grad_buffer()s (or, when it writes a whole gradient at once, into grad_sink(): see
+/// put_gradient). It is recorded only when gradients are enabled (no NoGrad scope) and some
 /// input requires a gradient; otherwise the result is a constant and the closure is dropped.
 #pragma once
 
@@ -20,6 +21,7 @@
 
 #include "megacpp/autograd/grad_mode.hpp"
 #include "megacpp/autograd/var.hpp"
+#include "megacpp/core/functors.hpp"
 
 namespace megacpp {
 
@@ -42,6 +44,15 @@ void collect_input(std::vector<std::shared_ptr<VarStateBase>>& inputs, const std
   for (const auto& v : vs) collect_input(inputs, v);
 }
 }  // namespace detail
+
+/// Puts the elementwise gradient f(ins...) over a (rows, cols) grid into `sink`: written on a new
+/// buffer (beta 0), added to an existing one (beta 1). The one way elementwise backward
+/// functions write, so that a first contribution never pays for a zero-fill.
+template <class T, Backend B, class F, class... Ins>
+void put_gradient(GradSink<T> sink, index_t rows, index_t cols, F f, Ins... ins) {
+  if (sink.beta == T(0)) B::template map<T>(rows, cols, f, sink.data, ins...);
+  else B::template map<T>(rows, cols, fn::AccumulateOf<F>{f}, sink.data, In<T>{sink.data}, ins...);
+}
 
 /// Wraps `value` as the result of op `name` whose inputs are `inputs` (Vars, of any element type,
 /// or vectors of Vars). `backward` is called as backward(const Tensor<T, B>& grad_of_result).

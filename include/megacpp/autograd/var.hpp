@@ -53,6 +53,14 @@ struct VarState final : VarStateBase {
 
 }  // namespace detail
 
+/// A gradient accumulator as Var::grad_sink() hands it out: write with `beta` (0 on a new
+/// buffer, 1 to add to an existing one).
+template <class T>
+struct GradSink {
+  T* data;  ///< the accumulator's elements (backend memory)
+  T beta;   ///< 0: overwrite every element (new buffer), 1: add
+};
+
 /// A tensor that records the ops applied to it: a handle (like shared_ptr) to one shared state
 /// holding the value, the accumulated gradient and, for op results, the node that produced it.
 /// T is float or double; bf16/f16 stay Tensor storage.
@@ -102,6 +110,16 @@ class Var {
   Tensor<T, B>& grad_buffer() const {
     if (!state_->grad.defined()) state_->grad = Tensor<T, B>::zeros(shape());
     return state_->grad;
+  }
+  /// Where a backward function puts a gradient it computes for every element at once: the
+  /// accumulator and the beta to apply to what it holds. A first contribution gets a new,
+  /// uninitialised buffer and beta 0 (write every element, never read one); later ones get the
+  /// existing buffer and beta 1 (add). This saves the zero-fill and the extra read that
+  /// grad_buffer() costs a first contribution. Only for writers of the whole gradient.
+  GradSink<T> grad_sink() const {
+    if (state_->grad.defined()) return {state_->grad.data(), T(1)};
+    state_->grad = Tensor<T, B>(shape());
+    return {state_->grad.data(), T(0)};
   }
   /// Forgets the accumulated gradient (the next backward starts from zero).
   void zero_grad() { state_->release_grad(); }

@@ -111,14 +111,8 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
   if (!want_grad) return Var<T, B>(std::move(loss));
   return make_result(op, std::move(loss), [h, weight, dh, dw](const Tensor<T, B>& g) {
     const double scale = static_cast<double>(g.item());
-    if (h.requires_grad()) {
-      T* gh = h.grad_buffer().data();
-      B::template map<T>(1, h.numel(), fn::AccumulateOf<fn::Scale>{fn::Scale{scale}}, gh, In<T>{gh}, In<T>{dh.data()});
-    }
-    if (weight.requires_grad()) {
-      T* gw = weight.grad_buffer().data();
-      B::template map<T>(1, weight.numel(), fn::AccumulateOf<fn::Scale>{fn::Scale{scale}}, gw, In<T>{gw}, In<T>{dw.data()});
-    }
+    if (h.requires_grad()) put_gradient<T, B>(h.grad_sink(), 1, h.numel(), fn::Scale{scale}, In<T>{dh.data()});
+    if (weight.requires_grad()) put_gradient<T, B>(weight.grad_sink(), 1, weight.numel(), fn::Scale{scale}, In<T>{dw.data()});
   }, h, weight);
 }
 

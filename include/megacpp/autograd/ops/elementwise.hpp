@@ -54,11 +54,11 @@ inline BroadcastPlan broadcast_plan(const char* op, const Shape& a, const Shape&
 template <class T, Backend B, class F, class... Ins>
 void accumulate_broadcast_grad(const Var<T, B>& dst, bool dst_broadcast, const BroadcastPlan& p, F contribution,
                                Ins... operands) {
-  T* g = dst.grad_buffer().data();
+  const GradSink<T> g = dst.grad_sink();
   if (dst_broadcast) {
-    B::template reduce<T>(1, p.rows, p.cols, contribution, T(1), T(1), g, operands...);
+    B::template reduce<T>(1, p.rows, p.cols, contribution, T(1), g.beta, g.data, operands...);
   } else {
-    B::template map<T>(p.rows, p.cols, fn::AccumulateOf<F>{contribution}, g, In<T>{g}, operands...);
+    put_gradient<T, B>(g, p.rows, p.cols, contribution, operands...);
   }
 }
 
@@ -83,9 +83,7 @@ Var<T, B> unary_op(const char* name, const Var<T, B>& x, Forward forward, Grad g
   Tensor<T, B> y(x.shape());
   B::template map<T>(1, x.numel(), forward, y.data(), In<T>{x.value().data()});
   return make_result(name, y, [x, y, grad](const Tensor<T, B>& g) mutable {
-    T* gx = x.grad_buffer().data();
-    B::template map<T>(1, x.numel(), fn::AccumulateOf<Grad>{grad}, gx, In<T>{gx}, In<T>{g.data()},
-                       In<T>{x.value().data()}, In<T>{y.data()});
+    put_gradient<T, B>(x.grad_sink(), 1, x.numel(), grad, In<T>{g.data()}, In<T>{x.value().data()}, In<T>{y.data()});
   }, x);
 }
 

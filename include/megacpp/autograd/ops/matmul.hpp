@@ -99,14 +99,14 @@ Var<T, B> matmul(const Var<T, B>& a, const Var<T, B>& b, bool trans_a = false, b
     const T* Bm = b.value().data();
     const T* dC = dc.data();
     if (a.requires_grad()) {
-      T* dA = a.grad_buffer().data();
-      if (!trans_a) detail::batched_gemm<T, B>(false, !trans_b, g.batch, g.m, g.k, g.n, dC, g.stride_c, Bm, g.stride_b, T(1), dA, g.stride_a);
-      else detail::batched_gemm<T, B>(trans_b, true, g.batch, g.k, g.m, g.n, Bm, g.stride_b, dC, g.stride_c, T(1), dA, g.stride_a);
+      const GradSink<T> dA = a.grad_sink();
+      if (!trans_a) detail::batched_gemm<T, B>(false, !trans_b, g.batch, g.m, g.k, g.n, dC, g.stride_c, Bm, g.stride_b, dA.beta, dA.data, g.stride_a);
+      else detail::batched_gemm<T, B>(trans_b, true, g.batch, g.k, g.m, g.n, Bm, g.stride_b, dC, g.stride_c, dA.beta, dA.data, g.stride_a);
     }
     if (b.requires_grad()) {
-      T* dB = b.grad_buffer().data();
-      if (!trans_b) detail::batched_gemm<T, B>(!trans_a, false, g.batch, g.k, g.n, g.m, A, g.stride_a, dC, g.stride_c, T(1), dB, g.stride_b);
-      else detail::batched_gemm<T, B>(true, trans_a, g.batch, g.n, g.k, g.m, dC, g.stride_c, A, g.stride_a, T(1), dB, g.stride_b);
+      const GradSink<T> dB = b.grad_sink();
+      if (!trans_b) detail::batched_gemm<T, B>(!trans_a, false, g.batch, g.k, g.n, g.m, A, g.stride_a, dC, g.stride_c, dB.beta, dB.data, g.stride_b);
+      else detail::batched_gemm<T, B>(true, trans_a, g.batch, g.n, g.k, g.m, dC, g.stride_c, A, g.stride_a, dB.beta, dB.data, g.stride_b);
     }
   }, a, b);
 }

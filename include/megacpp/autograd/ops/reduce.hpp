@@ -20,7 +20,8 @@ Var<T, B> reduce_axis(const char* name, const Var<T, B>& x, int axis, bool keepd
   Tensor<T, B> y(keepdim ? s.with(a, 1) : s.without(a));
   B::template reduce<T>(outer, n, inner, fn::Identity{}, scale, T(0), y.data(), In<T>{x.value().data()});
   return make_result(name, std::move(y), [x, outer, n, inner, scale](const Tensor<T, B>& g) mutable {
-    B::template expand<T>(outer, n, inner, scale, g.data(), T(1), x.grad_buffer().data());
+    const GradSink<T> gx = x.grad_sink();
+    B::template expand<T>(outer, n, inner, scale, g.data(), gx.beta, gx.data);
   }, x);
 }
 }  // namespace detail

@@ -39,7 +39,8 @@ Var<T, B> rope(const Var<T, B>& x, const Tensor<std::int32_t, B>& positions, con
   Tensor<T, B> y(x.shape());
   B::template rope<T>(tokens, heads, dim, positions.data(), inv_freq.data(), +1, x.value().data(), T(0), y.data());
   return make_result("rope", std::move(y), [x, positions, inv_freq, tokens, heads, dim](const Tensor<T, B>& g) mutable {
-    B::template rope<T>(tokens, heads, dim, positions.data(), inv_freq.data(), -1, g.data(), T(1), x.grad_buffer().data());
+    const GradSink<T> gx = x.grad_sink();
+    B::template rope<T>(tokens, heads, dim, positions.data(), inv_freq.data(), -1, g.data(), gx.beta, gx.data);
   }, x);
 }
 /// Same, with the standard table rope_inv_freq(head_dim, theta).

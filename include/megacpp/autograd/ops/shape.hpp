@@ -17,8 +17,7 @@ template <class T, Backend B>
 Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   Tensor<T, B> y = x.value().reshape(shape);
   return make_result("reshape", std::move(y), [x](const Tensor<T, B>& g) mutable {
-    T* gx = x.grad_buffer().data();
-    B::template map<T>(1, x.numel(), fn::Add{}, gx, In<T>{gx}, In<T>{g.data()});
+    put_gradient<T, B>(x.grad_sink(), 1, x.numel(), fn::Identity{}, In<T>{g.data()});
   }, x);
 }
 /// Same, with the dims as a braced list: reshape(x, {-1, d}).
@@ -45,7 +44,8 @@ Var<T, B> transpose(const Var<T, B>& x, int axis0, int axis1) {
   Tensor<T, B> y(out);
   B::template transpose<T>(outer, d0, mid, d1, inner, x.value().data(), T(0), y.data());
   return make_result("transpose", std::move(y), [x, outer, d0, mid, d1, inner](const Tensor<T, B>& g) mutable {
-    B::template transpose<T>(outer, d1, mid, d0, inner, g.data(), T(1), x.grad_buffer().data());
+    const GradSink<T> gx = x.grad_sink();
+    B::template transpose<T>(outer, d1, mid, d0, inner, g.data(), gx.beta, gx.data);
   }, x);
 }
 
@@ -89,8 +89,10 @@ Var<T, B> concat(const std::vector<Var<T, B>>& xs, int axis) {
     index_t offset = 0;
     for (auto& x : xs) {
       const index_t len = x.shape()[a];
-      if (x.requires_grad())
-        B::template copy_2d<T>(outer, len * inner, g.data() + offset * inner, total * inner, T(1), x.grad_buffer().data(), len * inner);
+      if (x.requires_grad()) {
+        const GradSink<T> gx = x.grad_sink();
+        B::template copy_2d<T>(outer, len * inner, g.data() + offset * inner, total * inner, gx.beta, gx.data, len * inner);
+      }
       offset += len;
     }
   }, xs);
@@ -101,8 +103,7 @@ template <class U, class T, Backend B>
 Var<U, B> cast(const Var<T, B>& x) {
   return make_result("cast", x.value().template to<U>(), [x](const Tensor<U, B>& g) mutable {
     const Tensor<T, B> gt = g.template to<T>();
-    T* gx = x.grad_buffer().data();
-    B::template map<T>(1, x.numel(), fn::Add{}, gx, In<T>{gx}, In<T>{gt.data()});
+    put_gradient<T, B>(x.grad_sink(), 1, x.numel(), fn::Identity{}, In<T>{gt.data()});
   }, x);
 }
 
