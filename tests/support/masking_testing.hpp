@@ -93,7 +93,11 @@ void check_block_document_masking(Model& model, double packed_tolerance) {
   CHECK(r.violation.empty());
   CHECK(r.documents_checked == static_cast<std::size_t>(MaskingBatch::documents));
 
+  // The blind model's first document is computed with other tiles (its attention sees the whole
+  // row as one document), so packed vs alone differs there by rounding: a loose tolerance keeps
+  // the report on the leak itself.
   DocumentBlind<Model> blind{model};
+  opt.packed_tolerance = 1e-5;
   const MaskingCheckResult leak = check_document_masking(blind, data.ids, data.targets, data.batch, data.seq, opt);
   INFO("blind model: " << leak.violation);
   CHECK_FALSE(leak.ok);
