@@ -57,7 +57,7 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
   Tensor<T, B> grad_logits = want_grad ? Tensor<T, B>(Shape{chunk, vocab}) : Tensor<T, B>();
   Tensor<T, B> losses(Shape{rows}), lse(Shape{rows});
   Tensor<T, B> dh = want_grad && h.requires_grad() ? Tensor<T, B>(Shape{rows, d}) : Tensor<T, B>();
-  Tensor<T, B> dw = want_grad && weight.requires_grad() ? Tensor<T, B>::zeros(Shape{vocab, d}) : Tensor<T, B>();
+  Tensor<T, B> dw = want_grad && weight.requires_grad() ? Tensor<T, B>(Shape{vocab, d}) : Tensor<T, B>();  // first chunk writes it
   const T* H = h.value().data();
   const T* W = weight.value().data();
 
@@ -103,7 +103,7 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
       gw.lda = vocab;
       gw.ldb = d;
       gw.ldc = d;
-      B::template gemm<T>(gw, T(1), grad_logits.data(), H + r0 * d, T(1), dw.data());
+      B::template gemm<T>(gw, T(1), grad_logits.data(), H + r0 * d, r0 == 0 ? T(0) : T(1), dw.data());
     }
   }
   Tensor<T, B> loss(Shape{});
