@@ -137,8 +137,7 @@ SizeResult bench_size(index_t n, const bench::BenchArgs& args, bool& all_ok) {
                      C.noalias() = A * B;
                      Eigen::setNbThreads(args.threads);
                    }});
-  GemmArgs square;
-  square.m = square.n = square.k = square.lda = square.ldb = square.ldc = n;
+  const GemmArgs square = GemmArgs::dense(false, false, n, n, n);
   cases.push_back({"Cpu::gemm, 1 thread", [&] {
                      omp_set_num_threads(1);
                      Cpu::gemm<float>(square, 1.0f, pa, pb, 0.0f, eigen_out.data());
@@ -193,15 +192,7 @@ ModelShapes bench_model_shapes(const bench::BenchArgs& args) {
   double flops = 0, t_packed = 0, t_eigen = 0;
   Rng rng(99);
   for (const Product& p : products) {
-    GemmArgs g;
-    g.trans_a = p.ta;
-    g.trans_b = p.tb;
-    g.m = p.m;
-    g.n = p.n;
-    g.k = p.k;
-    g.lda = p.ta ? p.m : p.k;
-    g.ldb = p.tb ? p.k : p.n;
-    g.ldc = p.n;
+    const GemmArgs g = GemmArgs::dense(p.ta, p.tb, p.m, p.n, p.k);
     const auto A = randn<float, Cpu>(Shape{p.m * p.k}, rng), B = randn<float, Cpu>(Shape{p.k * p.n}, rng);
     Tensor<float, Cpu> C(Shape{p.m * p.n});
     const auto t = bench::time_interleaved(

@@ -33,16 +33,7 @@ using MuonF = optim::Muon<float, Cpu>;
 
 // C (m, n) = A (m, k) B (k, n) with optional transposes, through the Backend contract.
 void gemm(bool ta, bool tb, index_t m, index_t n, index_t k, const float* a, const float* b, float* c) {
-  GemmArgs g;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = ta ? m : k;
-  g.ldb = tb ? k : n;
-  g.ldc = n;
-  Cpu::gemm<float>(g, 1.0f, a, b, 0.0f, c);
+  Cpu::gemm<float>(GemmArgs::dense(ta, tb, m, n, k), 1.0f, a, b, 0.0f, c);
 }
 
 struct ReferenceCheck {

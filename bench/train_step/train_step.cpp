@@ -28,8 +28,7 @@ double gemm_gflops(const bench::BenchArgs& args) {
   Rng rng(1);
   const auto a = randn<float, Cpu>({n, n}, rng), b = randn<float, Cpu>({n, n}, rng);
   CpuTensor<float> c(Shape{n, n});
-  GemmArgs g;
-  g.m = g.n = g.k = g.lda = g.ldb = g.ldc = n;
+  const GemmArgs g = GemmArgs::dense(false, false, n, n, n);
   const auto t = bench::time_interleaved({{"gemm", [&] { Cpu::gemm<float>(g, 1.0f, a.data(), b.data(), 0.0f, c.data()); }}},
                                          args.quick ? 0.3 : 2.0, 3);
   return 2.0 * n * n * n / t[0].median_s * 1e-9;

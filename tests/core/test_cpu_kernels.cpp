@@ -12,21 +12,6 @@
 using namespace megacpp;
 
 namespace {
-// Naive row-major reference: C = alpha * op(A) op(B) + beta * C.
-void gemm_reference(const GemmArgs& g, double alpha, const double* A, const double* B, double beta, double* C) {
-  for (index_t b = 0; b < g.batch; ++b)
-    for (index_t i = 0; i < g.m; ++i)
-      for (index_t j = 0; j < g.n; ++j) {
-        double acc = 0;
-        for (index_t p = 0; p < g.k; ++p) {
-          const double a = g.trans_a ? A[b * g.stride_a + p * g.lda + i] : A[b * g.stride_a + i * g.lda + p];
-          const double bb = g.trans_b ? B[b * g.stride_b + j * g.ldb + p] : B[b * g.stride_b + p * g.ldb + j];
-          acc += a * bb;
-        }
-        double& c = C[b * g.stride_c + i * g.ldc + j];
-        c = alpha * acc + beta * c;
-      }
-}
 std::vector<double> random_vector(std::size_t n, std::uint64_t seed) {
   Rng rng(seed);
   std::vector<double> v(n);
@@ -34,40 +19,6 @@ std::vector<double> random_vector(std::size_t n, std::uint64_t seed) {
   return v;
 }
 }  // namespace
-
-TEST_CASE("Cpu::gemm equals the naive product for every transpose, batch stride and beta", "[kernels]") {
-  // Small products (one per thread over the batch) and one large enough to be split across
-  // threads by rows (m >= n) and by columns (n > m).
-  struct Size { index_t m, n, k, batch; };
-  for (const Size size : {Size{7, 5, 9, 3}, Size{301, 257, 200, 1}, Size{150, 333, 96, 1}})
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (index_t stride_b_factor : {0, 1})
-        for (double beta : {0.0, 1.0, 0.5}) {
-          if (size.batch == 1 && (stride_b_factor == 0 || beta == 0.5)) continue;  // batch-only variations
-          const index_t m = size.m, n = size.n, k = size.k, batch = size.batch;
-          GemmArgs g;
-          g.trans_a = ta;
-          g.trans_b = tb;
-          g.m = m;
-          g.n = n;
-          g.k = k;
-          g.lda = ta ? m : k;
-          g.ldb = tb ? k : n;
-          g.ldc = n;
-          g.stride_a = m * k;
-          g.stride_b = stride_b_factor * k * n;
-          g.stride_c = m * n;
-          g.batch = batch;
-          const auto A = random_vector(static_cast<std::size_t>(batch * m * k), 1);
-          const auto Bm = random_vector(static_cast<std::size_t>(batch * k * n), 2);
-          auto C = random_vector(static_cast<std::size_t>(batch * m * n), 3);
-          auto C_ref = C;
-          Cpu::gemm<double>(g, 1.5, A.data(), Bm.data(), beta, C.data());
-          gemm_reference(g, 1.5, A.data(), Bm.data(), beta, C_ref.data());
-          for (std::size_t i = 0; i < C.size(); ++i) REQUIRE(C[i] == Approx(C_ref[i]).epsilon(1e-11).margin(1e-11));
-        }
-}
 
 TEST_CASE("Cpu::reduce and map broadcast semantics", "[kernels]") {
   // x (2, 3, 4): sum over the middle axis, and x + bias(4).

@@ -17,21 +17,23 @@ using namespace megacpp;
 
 namespace {
 
-// Naive reference: C = alpha op(A) op(B) + beta C, in long double.
+// Naive reference: C_b = alpha op(A_b) op(B_b) + beta C_b for every product of the batch, in
+// long double.
 template <class T>
 std::vector<T> reference(const GemmArgs& g, T alpha, const std::vector<T>& A, const std::vector<T>& B, T beta,
                          std::vector<T> C) {
-  for (index_t i = 0; i < g.m; ++i)
-    for (index_t j = 0; j < g.n; ++j) {
-      long double acc = 0;
-      for (index_t p = 0; p < g.k; ++p) {
-        const long double a = g.trans_a ? A[p * g.lda + i] : A[i * g.lda + p];
-        const long double b = g.trans_b ? B[j * g.ldb + p] : B[p * g.ldb + j];
-        acc += a * b;
+  for (index_t b = 0; b < g.batch; ++b)
+    for (index_t i = 0; i < g.m; ++i)
+      for (index_t j = 0; j < g.n; ++j) {
+        long double acc = 0;
+        for (index_t p = 0; p < g.k; ++p) {
+          const long double x = g.trans_a ? A[b * g.stride_a + p * g.lda + i] : A[b * g.stride_a + i * g.lda + p];
+          const long double y = g.trans_b ? B[b * g.stride_b + j * g.ldb + p] : B[b * g.stride_b + p * g.ldb + j];
+          acc += x * y;
+        }
+        T& c = C[b * g.stride_c + i * g.ldc + j];
+        c = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0L : beta * static_cast<long double>(c)));
       }
-      T& c = C[i * g.ldc + j];
-      c = static_cast<T>(alpha * acc + (beta == T(0) ? 0.0L : beta * static_cast<long double>(c)));
-    }
   return C;
 }
 
@@ -46,15 +48,10 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
 // A product with leading dimensions padded by `pad` beyond the logical width (views into larger
 // matrices, as the layers' column slices are).
 GemmArgs make_args(index_t m, index_t n, index_t k, bool ta, bool tb, index_t pad) {
-  GemmArgs g;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = (ta ? m : k) + pad;
-  g.ldb = (tb ? k : n) + pad;
-  g.ldc = n + pad;
+  GemmArgs g = GemmArgs::dense(ta, tb, m, n, k);
+  g.lda += pad;
+  g.ldb += pad;
+  g.ldc += pad;
   return g;
 }
 std::size_t a_size(const GemmArgs& g) { return static_cast<std::size_t>((g.trans_a ? g.k : g.m) * g.lda); }
@@ -163,4 +160,29 @@ TEST_CASE("Cpu::gemm agrees with Eigen's product (the reference it replaced)", "
   double worst = 0;
   for (std::size_t i = 0; i < C.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(C[i] - C_eigen[i])));
   CHECK(worst < 1e-4);  // sums of 700 products of N(0, 1) values: |C| ~ 26, fp32 rounding ~ 1e-5
+}
+
+TEST_CASE("Cpu::gemm equals the naive product for every transpose, batch stride and beta", "[kernels]") {
+  // Small products (one per thread over the batch) and one large enough to be split across
+  // threads by rows (m >= n) and by columns (n > m).
+  struct Size { index_t m, n, k, batch; };
+  for (const Size size : {Size{7, 5, 9, 3}, Size{301, 257, 200, 1}, Size{150, 333, 96, 1}})
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (index_t stride_b_factor : {0, 1})
+        for (double beta : {0.0, 1.0, 0.5}) {
+          if (size.batch == 1 && (stride_b_factor == 0 || beta == 0.5)) continue;  // batch-only variations
+          const index_t m = size.m, n = size.n, k = size.k, batch = size.batch;
+          GemmArgs g = GemmArgs::dense(ta, tb, m, n, k);
+          g.stride_a = m * k;
+          g.stride_b = stride_b_factor * k * n;
+          g.stride_c = m * n;
+          g.batch = batch;
+          const auto A = random_values<double>(static_cast<std::size_t>(batch * m * k), 1);
+          const auto Bm = random_values<double>(static_cast<std::size_t>(batch * k * n), 2);
+          auto C = random_values<double>(static_cast<std::size_t>(batch * m * n), 3);
+          const auto C_ref = reference<double>(g, 1.5, A, Bm, beta, C);
+          Cpu::gemm<double>(g, 1.5, A.data(), Bm.data(), beta, C.data());
+          for (std::size_t i = 0; i < C.size(); ++i) REQUIRE(C[i] == Approx(C_ref[i]).epsilon(1e-11).margin(1e-11));
+        }
 }

@@ -36,6 +36,21 @@ struct GemmArgs {
   index_t lda = 0, ldb = 0, ldc = 0;  ///< row strides of A, B, C as stored
   index_t stride_a = 0, stride_b = 0, stride_c = 0;  ///< elements between batch entries (0: shared)
   index_t batch = 1;  ///< number of products
+
+  /// One product of contiguous row-major operands: op(A) (m, k), op(B) (k, n), C (m, n), each
+  /// stored densely (lda = k or m, ldb = n or k, ldc = n).
+  static GemmArgs dense(bool trans_a, bool trans_b, index_t m, index_t n, index_t k) {
+    GemmArgs g;
+    g.trans_a = trans_a;
+    g.trans_b = trans_b;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.lda = trans_a ? m : k;
+    g.ldb = trans_b ? k : n;
+    g.ldc = n;
+    return g;
+  }
 };
 
 /// An elementwise operand of map/reduce kernels.

@@ -64,15 +64,7 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
   for (index_t r0 = 0; r0 < rows; r0 += chunk) {
     const index_t n = std::min(chunk, rows - r0);
     // z = h_chunk W^T: (n, d) x (d, V)
-    GemmArgs g;
-    g.trans_b = true;
-    g.m = n;
-    g.n = vocab;
-    g.k = d;
-    g.lda = d;
-    g.ldb = d;
-    g.ldc = vocab;
-    B::template gemm<T>(g, T(1), H + r0 * d, W, T(0), logits.data());
+    B::template gemm<T>(GemmArgs::dense(false, true, n, vocab, d), T(1), H + r0 * d, W, T(0), logits.data());
     if (opt.softcap > 0) B::template map<T>(1, n * vocab, fn::Softcap{opt.softcap}, logits.data(), In<T>{logits.data()});
     const T* mask_chunk = mask ? mask->data() + r0 : nullptr;
     B::template cross_entropy<T>(n, vocab, logits.data(), targets.data() + r0, mask_chunk, losses.data() + r0,
@@ -85,25 +77,11 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
       B::template map<T>(1, n * vocab, fn::SoftcapGrad{opt.softcap}, grad_logits.data(), In<T>{grad_logits.data()},
                          In<T>{logits.data()}, In<T>{logits.data()});
     if (dh.defined()) {  // dh_chunk = dz W: (n, V) x (V, d)
-      GemmArgs gh;
-      gh.m = n;
-      gh.n = d;
-      gh.k = vocab;
-      gh.lda = vocab;
-      gh.ldb = d;
-      gh.ldc = d;
-      B::template gemm<T>(gh, T(1), grad_logits.data(), W, T(0), dh.data() + r0 * d);
+      B::template gemm<T>(GemmArgs::dense(false, false, n, d, vocab), T(1), grad_logits.data(), W, T(0), dh.data() + r0 * d);
     }
     if (dw.defined()) {  // dW += dz^T h_chunk: (V, n) x (n, d)
-      GemmArgs gw;
-      gw.trans_a = true;
-      gw.m = vocab;
-      gw.n = d;
-      gw.k = n;
-      gw.lda = vocab;
-      gw.ldb = d;
-      gw.ldc = d;
-      B::template gemm<T>(gw, T(1), grad_logits.data(), H + r0 * d, r0 == 0 ? T(0) : T(1), dw.data());
+      B::template gemm<T>(GemmArgs::dense(true, false, vocab, d, n), T(1), grad_logits.data(), H + r0 * d,
+                          r0 == 0 ? T(0) : T(1), dw.data());
     }
   }
   Tensor<T, B> loss(Shape{});

@@ -128,16 +128,7 @@ namespace detail {
 // C (m, n) = alpha op(A) op(B) + beta C, all row-major with their natural leading dimensions.
 template <class T, Backend B>
 void gemm_rm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, const T* b, T beta, T* c) {
-  GemmArgs g;
-  g.trans_a = ta;
-  g.trans_b = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = ta ? m : k;
-  g.ldb = tb ? k : n;
-  g.ldc = n;
-  B::template gemm<T>(g, alpha, a, b, beta, c);
+  B::template gemm<T>(GemmArgs::dense(ta, tb, m, n, k), alpha, a, b, beta, c);
 }
 }  // namespace detail
 

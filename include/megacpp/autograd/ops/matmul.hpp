@@ -27,15 +27,7 @@ struct MatmulGeometry {
 template <class T, Backend B>
 void batched_gemm(bool tx, bool ty, index_t batch, index_t m, index_t n, index_t k, const T* X,
                   index_t sx, const T* Y, index_t sy, T beta, T* C, index_t sc) {
-  GemmArgs g;
-  g.trans_a = tx;
-  g.trans_b = ty;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = tx ? m : k;
-  g.ldb = ty ? k : n;
-  g.ldc = n;
+  GemmArgs g = GemmArgs::dense(tx, ty, m, n, k);
   if (sc == 0 && batch > 1) {
     g.batch = 1;
     for (index_t i = 0; i < batch; ++i) B::template gemm<T>(g, T(1), X + i * sx, Y + i * sy, i == 0 ? beta : T(1), C);
