@@ -1,6 +1,7 @@
 // Tensor<T, Cpu>: construction, views, copies, conversions, memory accounting, shapes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "megacpp/megacpp.hpp"
@@ -87,6 +88,28 @@ TEST_CASE("Cpu block cache: a freed large block is reused for the same size, out
   CHECK(Cpu::cached_bytes() == bytes);
   Cpu::empty_cache();
   CHECK(Cpu::cached_bytes() == 0);
+}
+
+TEST_CASE("Cpu block cache: live + cached bytes stay under the high-water mark of live bytes", "[tensor][memory]") {
+  if (cpu::cache_limit_bytes() == 0) return;  // caching off (MEGACPP_CPU_CACHE_MB=0 or AddressSanitizer)
+  Cpu::empty_cache();
+  const std::size_t live = Cpu::memory_stats().current_bytes;
+  // a: a new high-water mark (at least 16 MiB above what is live), then cached when freed
+  const std::size_t past_mark = cpu::block_cache().high_water_bytes() > live ? cpu::block_cache().high_water_bytes() - live : 0;
+  const index_t a_elements = static_cast<index_t>(std::max<std::size_t>(past_mark, std::size_t{16} << 20) / 4 + 1024);
+  { CpuTensor<float> a(Shape{a_elements}); }
+  const std::size_t a_bytes = cpu::aligned_bytes(static_cast<std::size_t>(a_elements) * 4);
+  CHECK(Cpu::cached_bytes() == a_bytes);
+  {
+    // Another size: live + new + cached would pass the mark, so the cached block goes back first.
+    CpuTensor<float> b(Shape{a_elements + 16});
+    CHECK(Cpu::cached_bytes() == 0);
+    // More while b is live: a new mark, nothing cached to free.
+    CpuTensor<float> c(Shape{1 << 20});
+    CHECK(Cpu::memory_stats().current_bytes > live);
+  }
+  CHECK(Cpu::cached_bytes() > 0);
+  Cpu::empty_cache();
 }
 
 TEST_CASE("Tensor: bad construction and views are errors naming the values", "[tensor]") {

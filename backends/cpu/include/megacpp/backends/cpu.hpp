@@ -47,8 +47,8 @@ struct Cpu {
   static MemoryStats memory_stats() { return cpu::memory_stats(); }
   /// Restarts the peak at the current allocation.
   static void reset_peak_memory() { cpu::reset_peak_memory(); }
-  /// Bytes of freed blocks kept for reuse (not counted in memory_stats(); bound set by the
-  /// MEGACPP_CPU_CACHE_MB environment variable, default 4096, 0 = no cache).
+  /// Bytes of freed blocks kept for reuse (not counted in memory_stats()). Live + cached bytes
+  /// stay under the high-water mark of live bytes; MEGACPP_CPU_CACHE_MB caps the cache (0 = none).
   static std::size_t cached_bytes() { return cpu::cached_bytes(); }
   /// Returns every cached block to the system.
   static void empty_cache() { cpu::empty_cache(); }

@@ -8,15 +8,22 @@
 // buffer). Freed blocks of at least kCachedMinBytes are kept, keyed by their exact size (a step
 // asks for the same sizes again), and handed out again without touching the kernel.
 //
-// Bounds: the cache holds at most cache_limit_bytes() (MEGACPP_CPU_CACHE_MB, default 4096 MiB,
-// 0 under AddressSanitizer; 0 turns the cache off); a block that would overflow it is freed instead. Cpu::empty_cache()
-// frees every cached block. memory_stats() counts bytes handed to tensors (in use), not the
-// cache: peak figures mean what they meant without it; cached_bytes() reports the cache.
+// Bound: the process never holds more than its own high-water mark of live bytes. Before a block
+// is allocated fresh, cached blocks are freed until live + cached + the new block fit under the
+// largest live total seen so far (a new high-water mark needs no cached block). So sizes that stop
+// being asked for are returned as soon as memory is needed elsewhere, and a workload of varying
+// sizes cannot pile up a cache. MEGACPP_CPU_CACHE_MB additionally caps the cache (MiB; 0 turns it
+// off, the default under AddressSanitizer so use-after-free stays visible). Cpu::empty_cache()
+// frees every cached block. memory_stats() counts bytes handed to tensors (live), not the cache:
+// peak figures mean what they meant without it; cached_bytes() reports the cache.
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -37,18 +44,18 @@ inline std::size_t aligned_bytes(std::size_t bytes) { return (bytes + 63) / 64 *
 // Blocks smaller than this go straight back to malloc, whose bins serve them without a syscall.
 inline constexpr std::size_t kCachedMinBytes = std::size_t{64} << 10;
 
-// The cache's bound in bytes, read once from MEGACPP_CPU_CACHE_MB (MiB; 0 disables caching).
-// Under AddressSanitizer the default is 0: a reused block would hide use-after-free.
+// The cache's hard cap in bytes: MEGACPP_CPU_CACHE_MB (MiB; 0 disables caching), read once;
+// unset: no cap beyond the high-water rule, except under AddressSanitizer, where the default is 0.
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr std::size_t kDefaultCacheMiB = 0;
+inline constexpr bool kCacheByDefault = false;
 #else
-inline constexpr std::size_t kDefaultCacheMiB = 4096;
+inline constexpr bool kCacheByDefault = true;
 #endif
 inline std::size_t cache_limit_bytes() {
   static const std::size_t limit = [] {
     const char* env = std::getenv("MEGACPP_CPU_CACHE_MB");
-    const std::size_t mib = env && *env ? std::strtoull(env, nullptr, 10) : kDefaultCacheMiB;
-    return mib << 20;
+    if (env && *env) return static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) << 20;
+    return kCacheByDefault ? std::numeric_limits<std::size_t>::max() : std::size_t{0};
   }();
   return limit;
 }
@@ -66,13 +73,28 @@ class BlockCache {
     cached_ -= bytes;
     return p;
   }
-  // Keeps p for reuse; false (p not taken) when the cache would exceed its bound.
+  // Keeps p for reuse; false (p not taken) when the cache would exceed its cap.
   bool keep(void* p, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (cached_ + bytes > cache_limit_bytes()) return false;
+    if (bytes > cache_limit_bytes() - cached_) return false;
     free_[bytes].push_back(p);
     cached_ += bytes;
     return true;
+  }
+  // Before `bytes` are allocated fresh while `live` bytes are handed out: frees cached blocks
+  // until live + bytes + cached fits under the high-water mark of live bytes (see the file comment).
+  void make_room(std::size_t bytes, std::size_t live) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    high_water_ = std::max(high_water_, live + bytes);
+    for (auto it = free_.begin(); it != free_.end() && live + bytes + cached_ > high_water_;) {
+      auto& [size, blocks] = *it;
+      while (!blocks.empty() && live + bytes + cached_ > high_water_) {
+        std::free(blocks.back());
+        blocks.pop_back();
+        cached_ -= size;
+      }
+      it = blocks.empty() ? free_.erase(it) : std::next(it);
+    }
   }
   void release_all() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -85,11 +107,16 @@ class BlockCache {
     std::lock_guard<std::mutex> lock(mutex_);
     return cached_;
   }
+  std::size_t high_water_bytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return high_water_;
+  }
 
  private:
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
   std::size_t cached_ = 0;
+  std::size_t high_water_ = 0;  // most live bytes (plus one new block) seen at a fresh allocation
 };
 
 // Never destroyed: a tensor with static storage duration may be freed after any other static.
@@ -101,8 +128,12 @@ inline BlockCache& block_cache() {
 template <class T>
 T* allocate(std::size_t n) {
   const std::size_t bytes = aligned_bytes(n * sizeof(T));
-  void* p = bytes >= kCachedMinBytes ? block_cache().take(bytes) : nullptr;
-  if (!p) p = std::aligned_alloc(64, bytes);
+  const bool cacheable = bytes >= kCachedMinBytes;
+  void* p = cacheable ? block_cache().take(bytes) : nullptr;
+  if (!p) {
+    if (cacheable) block_cache().make_room(bytes, memory_counter().stats().current_bytes);
+    p = std::aligned_alloc(64, bytes);
+  }
   if (!p) {  // the cache may hold the memory the system cannot give: return it and retry once
     block_cache().release_all();
     p = std::aligned_alloc(64, bytes);
