@@ -32,9 +32,15 @@ namespace megacpp {
 struct GemmArgs {
   bool trans_a = false;  ///< op(A) = A^T
   bool trans_b = false;  ///< op(B) = B^T
-  index_t m = 0, n = 0, k = 0;  ///< op(A_b) is (m, k), op(B_b) is (k, n), C_b is (m, n)
-  index_t lda = 0, ldb = 0, ldc = 0;  ///< row strides of A, B, C as stored
-  index_t stride_a = 0, stride_b = 0, stride_c = 0;  ///< elements between batch entries (0: shared)
+  index_t m = 0;  ///< rows of op(A_b) and C_b
+  index_t n = 0;  ///< columns of op(B_b) and C_b
+  index_t k = 0;  ///< columns of op(A_b), rows of op(B_b)
+  index_t lda = 0;  ///< row stride of A as stored
+  index_t ldb = 0;  ///< row stride of B as stored
+  index_t ldc = 0;  ///< row stride of C
+  index_t stride_a = 0;  ///< elements between batch entries of A (0: one A for every entry)
+  index_t stride_b = 0;  ///< elements between batch entries of B (0: one B for every entry)
+  index_t stride_c = 0;  ///< elements between batch entries of C
   index_t batch = 1;  ///< number of products
 
   /// One product of contiguous row-major operands: op(A) (m, k), op(B) (k, n), C (m, n), each
