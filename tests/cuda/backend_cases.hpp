@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "megacpp/autograd.hpp"
+#include "megacpp/nn/linear_cross_entropy.hpp"
 
 namespace megacpp::backend_test {
 
@@ -164,6 +165,12 @@ std::vector<Case<T, B>> op_cases() {
          const auto mask = Tensor<T, B>::from_host(Shape{4}, {T(1), T(0), T(0.5), T(1)});
          return h.finish(cross_entropy_per_token(z, h.ids({4}, 2000), mask), {z});
        }},
+      {"linear_cross_entropy: softcap 30, loss mask, 3 row chunks, vocab 300",
+       [](H& h) {
+         V x = h.param({7, 24}), w = h.param({300, 24}, -2, 2);
+         const auto mask = Tensor<T, B>::from_host(Shape{7}, {T(1), T(0), T(1), T(0.5), T(1), T(1), T(0)});
+         return h.finish(linear_cross_entropy(x, w, h.ids({7}, 300), mask, {.softcap = 30.0, .chunk_rows = 3}), {x, w});
+       }},
       {"chain: rmsnorm, matmul, relu2, matmul, softcap, cross_entropy + mean(x*x)",
        [](H& h) {
          V x = h.param({4, 16}), g = h.param({16}, 0.5, 1.5), w1 = h.param({16, 32}), w2 = h.param({32, 10});
@@ -230,6 +237,18 @@ std::vector<Case<T, B>> kernel_cases() {
          B::template transpose<T>(2, 3, 2, 4, 3, x.data(), T(1), acc.data());
          B::template transpose<T>(2, 3, 2, 4, 3, x.data(), T(0), over.data());
          return H::values({dst, packed, fresh, acc, over});
+       }},
+      {"softcap_cross_entropy: cap 5 with the gradient in place and masked rows; cap 0 into a separate buffer",
+       [](H& h) {
+         Tens z = h.uniform({4, 37}, -8, 8), losses = h.uniform({4}), lse = h.uniform({4});
+         const auto mask = Tensor<T, B>::from_host(Shape{4}, {T(1), T(0), T(0.5), T(1)});
+         B::template softcap_cross_entropy<T>(4, 37, T(5), z.data(), h.ids({4}, 37).data(), mask.data(), T(0.25),
+                                              losses.data(), lse.data(), z.data());
+         Tens z2 = h.uniform({3, 1000}, -3, 3), losses2 = h.uniform({3}), lse2 = h.uniform({3});
+         Tens g2 = h.filled({3, 1000}, std::numeric_limits<T>::quiet_NaN());
+         B::template softcap_cross_entropy<T>(3, 1000, T(0), z2.data(), h.ids({3}, 1000).data(), nullptr, T(1),
+                                              losses2.data(), lse2.data(), g2.data());
+         return H::values({z, losses, lse, z2, losses2, lse2, g2});
        }},
       {"scatter_add_rows: 300 rows into 5 (deterministic order)",
        [](H& h) {

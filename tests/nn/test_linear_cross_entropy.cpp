@@ -55,3 +55,52 @@ TEST_CASE("linear_cross_entropy: upstream gradient scales, no_grad skips the gra
   CHECK_THROWS_WITH(linear_cross_entropy(h, random_param({5, 3}, 7), targets), Contains("hidden (3, 4) does not match weight (5, 3)"));
   CHECK_THROWS_WITH(linear_cross_entropy(h, w, CpuTensor<std::int32_t>::from_host({3}, {0, 9, 1})), Contains("target id 9 >= 5"));
 }
+
+TEMPLATE_TEST_CASE("Cpu::softcap_cross_entropy equals the separate softcap, cross-entropy and gradient kernels",
+                   "[nn][loss][kernel]", float, double) {
+  using T = TestType;
+  const index_t rows = 5;
+  const std::vector<T> mask = {1, 0, T(0.5), 1, 1};
+  const T scale = T(0.125), tolerance = std::is_same_v<T, float> ? T(2e-6) : T(1e-14);
+  for (index_t vocab : {37, 1000})  // neither a multiple of the packet width: the tail packet is padded
+    for (T cap : {T(0), T(5)}) {
+      DYNAMIC_SECTION("vocab " << vocab << " cap " << cap) {
+        const std::vector<std::int32_t> targets = {0, 3, static_cast<std::int32_t>(vocab - 1), 17, static_cast<std::int32_t>(vocab / 2)};
+        Rng rng(11);
+        const auto z = rand_uniform<T, Cpu>({rows, vocab}, rng, -9.0, 9.0);
+        // the separate kernels, as linear_cross_entropy ran them before the fused one
+        auto zc = z.clone();
+        if (cap > 0) Cpu::map<T>(1, rows * vocab, fn::Softcap{cap}, zc.data(), In<T>{zc.data()});
+        std::vector<T> losses(rows), lse(rows), grad(static_cast<std::size_t>(rows * vocab), T(0));
+        Cpu::cross_entropy<T>(rows, vocab, zc.data(), targets.data(), mask.data(), losses.data(), lse.data());
+        Cpu::cross_entropy_backward<T>(rows, vocab, zc.data(), lse.data(), targets.data(), mask.data(), scale, grad.data());
+        if (cap > 0) Cpu::map<T>(1, rows * vocab, fn::SoftcapGrad{cap}, grad.data(), In<T>{grad.data()}, In<T>{zc.data()}, In<T>{zc.data()});
+        const auto expected_zc = zc.to_host();
+        // fused: the gradient into its own buffer (NaN before: every element must be written), then in place
+        auto fused = z.clone(), in_place = z.clone();
+        std::vector<T> f_losses(rows), f_lse(rows), f_grad(grad.size(), std::numeric_limits<T>::quiet_NaN());
+        std::vector<T> i_losses(rows), i_lse(rows);
+        Cpu::softcap_cross_entropy<T>(rows, vocab, cap, fused.data(), targets.data(), mask.data(), scale, f_losses.data(),
+                                      f_lse.data(), f_grad.data());
+        Cpu::softcap_cross_entropy<T>(rows, vocab, cap, in_place.data(), targets.data(), mask.data(), scale, i_losses.data(),
+                                      i_lse.data(), in_place.data());
+        CHECK(fused.to_host() == expected_zc);  // the same softcap code: bitwise
+        CHECK(f_losses == losses);               // the same max, sum and log: bitwise
+        CHECK(f_lse == lse);
+        CHECK(i_losses == losses);
+        const auto g_in_place = in_place.to_host();
+        for (std::size_t i = 0; i < grad.size(); ++i) {
+          INFO("element " << i << " (row " << i / vocab << ")");
+          REQUIRE(f_grad[i] == Approx(grad[i]).epsilon(tolerance).margin(tolerance * 1e-3));
+          REQUIRE(g_in_place[i] == f_grad[i]);
+        }
+        for (index_t c = 0; c < vocab; ++c) REQUIRE(f_grad[static_cast<std::size_t>(vocab + c)] == T(0));  // masked row
+        // loss only (no gradient): logits end as zc
+        auto loss_only = z.clone();
+        Cpu::softcap_cross_entropy<T>(rows, vocab, cap, loss_only.data(), targets.data(), mask.data(), scale,
+                                      i_losses.data(), i_lse.data(), nullptr);
+        CHECK(loss_only.to_host() == expected_zc);
+        CHECK(i_losses == losses);
+      }
+    }
+}

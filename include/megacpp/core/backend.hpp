@@ -119,6 +119,7 @@ concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, s
   B::template rope<float>(i, i, i, idx, cp, 1, cp, s, p);
   B::template cross_entropy<float>(i, i, cp, idx, cp, p, p);
   B::template cross_entropy_backward<float>(i, i, cp, cp, idx, cp, s, p);
+  B::template softcap_cross_entropy<float>(i, i, s, p, idx, cp, s, p, p, p);
 };
 // clang-format on
 

@@ -8,8 +8,10 @@
 // chunk's logits are at hand (3 GEMMs per chunk instead of 4 with a recompute):
 //   dzc = mask_r (softmax(zc_r) - onehot(t_r)) / count,  dz = dzc (1 - (zc / cap)^2),
 //   dh_chunk = dz W,  dW += dz^T h_chunk,
-// and the backward scales them by the upstream gradient. Peak extra memory: two (chunk, V)
-// buffers plus dh (N, d) and dW (V, d).
+// and the backward scales them by the upstream gradient. The softcap, the loss and dz of a chunk
+// come from one row kernel (Backend::softcap_cross_entropy) that overwrites the chunk's logits
+// with dz while each row is in cache. Peak extra memory: one (chunk, V) buffer plus dh (N, d)
+// and dW (V, d).
 #pragma once
 
 #include <algorithm>
@@ -53,8 +55,8 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
 
   const bool want_grad = grad_enabled() && (h.requires_grad() || weight.requires_grad());
   const index_t chunk = std::min(opt.chunk_rows, rows);
-  Tensor<T, B> logits(Shape{chunk, vocab});  // zc for the current chunk
-  Tensor<T, B> grad_logits = want_grad ? Tensor<T, B>(Shape{chunk, vocab}) : Tensor<T, B>();
+  // One (chunk, V) buffer: z, then zc, then dz in place (the fused row kernel's contract)
+  Tensor<T, B> logits(Shape{chunk, vocab});
   Tensor<T, B> losses(Shape{rows}), lse(Shape{rows});
   Tensor<T, B> dh = want_grad && h.requires_grad() ? Tensor<T, B>(Shape{rows, d}) : Tensor<T, B>();
   Tensor<T, B> dw = want_grad && weight.requires_grad() ? Tensor<T, B>(Shape{vocab, d}) : Tensor<T, B>();  // first chunk writes it
@@ -65,22 +67,16 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
     const index_t n = std::min(chunk, rows - r0);
     // z = h_chunk W^T: (n, d) x (d, V)
     B::template gemm<T>(GemmArgs::dense(false, true, n, vocab, d), T(1), H + r0 * d, W, T(0), logits.data());
-    if (opt.softcap > 0) B::template map<T>(1, n * vocab, fn::Softcap{opt.softcap}, logits.data(), In<T>{logits.data()});
-    const T* mask_chunk = mask ? mask->data() + r0 : nullptr;
-    B::template cross_entropy<T>(n, vocab, logits.data(), targets.data() + r0, mask_chunk, losses.data() + r0,
-                                 lse.data() + r0);
+    // zc = softcap(z), the rows' losses and, for the backward, dz = dzc (1 - (zc / cap)^2) in place
+    B::template softcap_cross_entropy<T>(n, vocab, static_cast<T>(opt.softcap), logits.data(), targets.data() + r0,
+                                         mask ? mask->data() + r0 : nullptr, T(1) / count, losses.data() + r0,
+                                         lse.data() + r0, want_grad ? logits.data() : nullptr);
     if (!want_grad) continue;
-    B::template fill<T>(grad_logits.data(), static_cast<std::size_t>(n * vocab), T(0));
-    B::template cross_entropy_backward<T>(n, vocab, logits.data(), lse.data() + r0, targets.data() + r0, mask_chunk,
-                                          T(1) / count, grad_logits.data());
-    if (opt.softcap > 0)  // dz = dzc * (1 - (zc / cap)^2)
-      B::template map<T>(1, n * vocab, fn::SoftcapGrad{opt.softcap}, grad_logits.data(), In<T>{grad_logits.data()},
-                         In<T>{logits.data()}, In<T>{logits.data()});
     if (dh.defined()) {  // dh_chunk = dz W: (n, V) x (V, d)
-      B::template gemm<T>(GemmArgs::dense(false, false, n, d, vocab), T(1), grad_logits.data(), W, T(0), dh.data() + r0 * d);
+      B::template gemm<T>(GemmArgs::dense(false, false, n, d, vocab), T(1), logits.data(), W, T(0), dh.data() + r0 * d);
     }
     if (dw.defined()) {  // dW += dz^T h_chunk: (V, n) x (n, d)
-      B::template gemm<T>(GemmArgs::dense(true, false, vocab, d, n), T(1), grad_logits.data(), H + r0 * d,
+      B::template gemm<T>(GemmArgs::dense(true, false, vocab, d, n), T(1), logits.data(), H + r0 * d,
                           r0 == 0 ? T(0) : T(1), dw.data());
     }
   }

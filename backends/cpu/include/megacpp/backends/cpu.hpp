@@ -127,6 +127,13 @@ struct Cpu {
   static void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets, const T* mask, T scale, T* glogits) {
     cpu::cross_entropy_backward<T>(rows, vocab, logits, lse, targets, mask, scale, glogits);
   }
+  /// The LM head's loss rows fused: logits (raw z) become zc = cap tanh(z / cap) (cap 0: z),
+  /// lse and per-row losses as cross_entropy; when grad is not null (it may alias logits),
+  /// grad = scale * mask * (softmax(zc) - onehot(target)) * (1 - (zc / cap)^2) per row.
+  template <class T>
+  static void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask, T scale, T* losses, T* lse, T* grad) {
+    cpu::softcap_cross_entropy<T>(rows, vocab, cap, logits, targets, mask, scale, losses, lse, grad);
+  }
 };
 
 static_assert(Backend<Cpu>, "megacpp_cpu_backend_must_satisfy_Backend: see megacpp/core/backend.hpp");

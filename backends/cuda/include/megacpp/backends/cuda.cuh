@@ -103,6 +103,10 @@ struct Cuda {
   static void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets, const T* mask, T scale, T* glogits) {
     cuda::cross_entropy_backward<T>(rows, vocab, logits, lse, targets, mask, scale, glogits);
   }
+  template <class T>
+  static void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask, T scale, T* losses, T* lse, T* grad) {
+    cuda::softcap_cross_entropy<T>(rows, vocab, cap, logits, targets, mask, scale, losses, lse, grad);
+  }
 };
 
 static_assert(Backend<Cuda>, "megacpp_cuda_backend_must_satisfy_Backend: see megacpp/core/backend.hpp");

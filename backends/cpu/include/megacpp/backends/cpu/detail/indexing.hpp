@@ -1,9 +1,11 @@
-// CPU backend: index-driven kernels (embedding gather/scatter, RoPE, cross-entropy).
+// CPU backend: index-driven kernels (embedding gather/scatter, RoPE, cross-entropy, the LM head's
+// fused softcap + cross-entropy rows).
 // Indices are validated by the calling op (megacpp::Error at the API boundary); the kernels
 // assume them in range.
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,17 +50,23 @@ void scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t*
 //   y[i + dim/2] = x[i + dim/2] cos + x[i] sin
 // sign = -1 rotates by -angle (the inverse, used by the backward). y = beta * y + rotated x.
 // Angles are formed in double: pos * inv_freq reaches 6e4 rad at 64K context.
+//
+// cos and sin are computed once per distinct position when the positions are fewer than the
+// tokens (packed documents restart at 0: a (4, 1024) batch of 128-token documents has 128), else
+// once per token; either way from the same double expression, so the bits are the same.
 template <class T>
 void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq,
           int sign, const T* x, T beta, T* y) {
   const index_t half = dim / 2;
-  parallel_for(tokens, heads * dim * 2 + half * 40, [&](index_t t) {
-    std::vector<T> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
+  if (tokens == 0 || half == 0) return;
+  auto angles = [&](std::int32_t pos, T* cos_t, T* sin_t) {
     for (index_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(positions[t]) * static_cast<double>(inv_freq[i]);
+      const double angle = static_cast<double>(pos) * static_cast<double>(inv_freq[i]);
       cos_t[i] = static_cast<T>(std::cos(angle));
       sin_t[i] = static_cast<T>(sign * std::sin(angle));
     }
+  };
+  auto rotate = [&](index_t t, const T* cos_t, const T* sin_t) {
     for (index_t h = 0; h < heads; ++h) {
       const T* xr = x + (t * heads + h) * dim;
       T* yr = y + (t * heads + h) * dim;
@@ -70,6 +78,24 @@ void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positi
         yr[i + half] = beta == T(0) ? y2 : beta * yr[i + half] + y2;
       }
     }
+  };
+  const auto [lowest, highest] = std::minmax_element(positions, positions + tokens);
+  const index_t distinct = static_cast<index_t>(*highest) + 1;
+  if (*lowest >= 0 && 2 * distinct <= tokens) {  // a table of positions 0..highest
+    std::vector<T> table(static_cast<std::size_t>(distinct * dim));  // per position: cos (half), sin (half)
+    parallel_for(distinct, half * 40, [&](index_t p) {
+      angles(static_cast<std::int32_t>(p), table.data() + p * dim, table.data() + p * dim + half);
+    });
+    parallel_for(tokens, heads * dim * 2, [&](index_t t) {
+      const T* row = table.data() + static_cast<index_t>(positions[t]) * dim;
+      rotate(t, row, row + half);
+    });
+    return;
+  }
+  parallel_for(tokens, heads * dim * 2 + half * 40, [&](index_t t) {
+    std::vector<T> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
+    angles(positions[t], cos_t.data(), sin_t.data());
+    rotate(t, cos_t.data(), sin_t.data());
   });
 }
 
@@ -80,7 +106,7 @@ void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int3
                    const T* mask, T* losses, T* lse) {
   parallel_for(rows, vocab * 8, [&](index_t r) {
     const T* z = logits + r * vocab;
-    const T m = row_max(z, vocab);
+    const T m = packet_max(vocab, z);
     lse[r] = m + std::log(exp_sum(vocab, z, m));
     const T w = mask ? mask[r] : T(1);
     losses[r] = w == T(0) ? T(0) : w * (lse[r] - z[targets[r]]);
@@ -100,6 +126,64 @@ void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const 
     const Packet<T> shift = ei::pset1<Packet<T>>(lse[r]), weight = ei::pset1<Packet<T>>(w);
     packet_map<T>(vocab, z, g, g, [&](Packet<T> zv, Packet<T> gv) { return ei::pmadd(weight, ei::pexp(ei::psub(zv, shift)), gv); });
     g[targets[r]] -= w;
+  });
+}
+
+// The LM head's loss rows in one kernel (linear_cross_entropy.hpp). Per row r of raw logits z:
+//   zc = cap tanh(z / cap)   (cap 0: zc = z), written over z
+//   lse[r] = logsumexp(zc),  losses[r] = mask_r (lse[r] - zc[t_r])
+// and, when grad is not null (it may alias logits),
+//   grad[r] = scale mask_r (softmax(zc) - onehot(t_r)) (1 - (zc / cap)^2)   (cap 0: no last factor)
+// with the arithmetic of softcap_rows, cross_entropy, cross_entropy_backward and SoftcapGrad run
+// one after the other. Why fused: a row (V floats: 32 KiB at V = 8192) stays in L1 for its three
+// passes (softcap and max, sum of exponentials, gradient), where the separate kernels made six
+// passes over the whole (chunk, V) block through memory, ~4% of the dense train step.
+template <class T>
+void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask,
+                           T scale, T* losses, T* lse, T* grad) {
+  namespace ei = Eigen::internal;
+  using P = Packet<T>;
+  constexpr index_t L = kPacketLanes<T>;
+  parallel_for(rows, vocab * 16, [&](index_t r) {
+    T* z = logits + r * vocab;
+    if (cap > T(0)) softcap_rows<T>(vocab, z, cap, z);
+    const T m = packet_max(vocab, z);
+    lse[r] = m + std::log(exp_sum(vocab, z, m));
+    const index_t target = targets[r];
+    const T w = mask ? mask[r] : T(1);
+    losses[r] = w == T(0) ? T(0) : w * (lse[r] - z[target]);
+    if (!grad) return;
+    T* g = grad + r * vocab;
+    const T weight = scale * w;
+    if (weight == T(0)) {
+      std::fill(g, g + vocab, T(0));
+      return;
+    }
+    const P shift = ei::pset1<P>(lse[r]), wv = ei::pset1<P>(weight), one = ei::pset1<P>(T(1)),
+            cv = ei::pset1<P>(cap);
+    const index_t target_packet = target / L * L;
+    auto gradient = [&](index_t i, P zv, T* out) {  // one packet of the row from index i
+      P gv = ei::pmul(wv, ei::pexp(ei::psub(zv, shift)));
+      if (i == target_packet) {  // the target's lane: softmax - 1, before the softcap factor
+        alignas(64) T lanes[L];
+        ei::pstore(lanes, gv);
+        lanes[target - i] -= weight;
+        gv = ei::pload<P>(lanes);
+      }
+      if (cap > T(0)) {
+        const P q = ei::pdiv(zv, cv);
+        gv = ei::pmul(gv, ei::psub(one, ei::pmul(q, q)));
+      }
+      ei::pstoreu(out, gv);
+    };
+    index_t i = 0;
+    for (; i + L <= vocab; i += L) gradient(i, ei::ploadu<P>(z + i), g + i);
+    if (i < vocab) {  // the tail, padded into one packet
+      alignas(64) T tail[L] = {};
+      std::copy(z + i, z + vocab, tail);
+      gradient(i, ei::pload<P>(tail), tail);
+      std::copy(tail, tail + (vocab - i), g + i);
+    }
   });
 }
 

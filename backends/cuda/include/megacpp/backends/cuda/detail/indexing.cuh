@@ -1,4 +1,5 @@
-// CUDA backend: index-driven kernels (embedding gather/scatter, RoPE, cross-entropy).
+// CUDA backend: index-driven kernels (embedding gather/scatter, RoPE, cross-entropy, the LM head's
+// fused softcap + cross-entropy rows).
 // Semantics and formulas: cpu/detail/indexing.hpp. Indices are validated by the calling op
 // (megacpp::Error at the API boundary); the kernels assume them in range.
 #pragma once
@@ -141,6 +142,59 @@ void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const 
   cross_entropy_backward_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, logits, lse, targets,
                                                                                    mask, scale, glogits);
   MEGACPP_CUDA_CHECK_LAUNCH(cross_entropy_backward_kernel);
+}
+
+// The LM head's loss rows fused, one block per row (the CPU kernel's contract, cpu/detail/
+// indexing.hpp): logits become zc = cap tanh(z / cap) (cap 0: z); lse, losses as cross_entropy;
+// when grad is not null (it may alias logits) grad = scale mask (softmax(zc) - onehot(t))
+// (1 - (zc / cap)^2). Each thread rewrites only the elements it read, and the barrier before the
+// gradient pass keeps the target's zc readable for the loss until then.
+template <class T>
+__global__ void softcap_cross_entropy_kernel(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets,
+                                             const T* mask, T scale, T* losses, T* lse, T* grad) {
+  using std::exp, std::log, std::tanh;
+  for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* z = logits + r * vocab;
+    T m = lowest_value<T>();
+    for (index_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+      const T zc = cap > T(0) ? cap * tanh(z[v] / cap) : z[v];
+      z[v] = zc;
+      m = zc > m ? zc : m;
+    }
+    m = block_max(m);
+    T sum = 0;
+    for (index_t v = threadIdx.x; v < vocab; v += blockDim.x) sum += exp(z[v] - m);
+    const T row_lse = m + log(block_sum(sum));  // block_sum's barrier: every zc is written
+    const index_t target = targets[r];
+    const T w = mask ? mask[r] : T(1);
+    if (threadIdx.x == 0) {
+      lse[r] = row_lse;
+      losses[r] = w == T(0) ? T(0) : w * (row_lse - z[target]);
+    }
+    if (grad == nullptr) continue;
+    __syncthreads();  // z[target] is read above before any thread overwrites it below
+    T* g = grad + r * vocab;
+    const T weight = scale * w;
+    for (index_t v = threadIdx.x; v < vocab; v += blockDim.x) {
+      const T zc = z[v];
+      T gv = weight * exp(zc - row_lse);
+      if (v == target) gv -= weight;
+      if (cap > T(0)) {
+        const T q = zc / cap;
+        gv *= T(1) - q * q;
+      }
+      g[v] = weight == T(0) ? T(0) : gv;
+    }
+  }
+}
+
+template <class T>
+void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask,
+                           T scale, T* losses, T* lse, T* grad) {
+  if (rows == 0) return;
+  softcap_cross_entropy_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, cap, logits, targets, mask,
+                                                                                  scale, losses, lse, grad);
+  MEGACPP_CUDA_CHECK_LAUNCH(softcap_cross_entropy_kernel);
 }
 
 }  // namespace megacpp::cuda
