@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "megacpp/backends/cpu/detail/packet_math.hpp"
 #include "megacpp/backends/cpu/detail/parallel.hpp"
 #include "megacpp/core/config.hpp"
 
@@ -83,8 +84,7 @@ void rmsnorm(index_t rows, index_t cols, const T* x, const T* gain, T eps, T* y,
   parallel_for(rows, cols * 3, [&](index_t r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
-    T ss = 0;
-    for (index_t c = 0; c < cols; ++c) ss += xr[c] * xr[c];
+    const T ss = packet_dot(cols, xr, xr);
     const T s = T(1) / std::sqrt(ss / static_cast<T>(cols) + eps);
     rstd[r] = s;
     if (gain) for (index_t c = 0; c < cols; ++c) yr[c] = xr[c] * s * gain[c];
@@ -106,9 +106,7 @@ void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, con
       const T* gr = gy + r * cols;
       T* gxr = gx + r * cols;
       const T s = rstd[r];
-      T dot = 0;
-      for (index_t c = 0; c < cols; ++c) dot += gr[c] * (gain ? gain[c] : T(1)) * xr[c] * s;
-      dot /= static_cast<T>(cols);
+      const T dot = packet_dot(cols, gr, xr, gain) * s / static_cast<T>(cols);  // mean(gh * xhat)
       for (index_t c = 0; c < cols; ++c) {
         const T gh = gr[c] * (gain ? gain[c] : T(1));
         gxr[c] += s * (gh - xr[c] * s * dot);
