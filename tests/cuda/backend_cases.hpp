@@ -17,6 +17,7 @@
 
 #include "megacpp/autograd.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
+#include "megacpp/optim/functors.hpp"
 
 namespace megacpp::backend_test {
 
@@ -249,6 +250,13 @@ std::vector<Case<T, B>> kernel_cases() {
          B::template softcap_cross_entropy<T>(3, 1000, T(0), z2.data(), h.ids({3}, 1000).data(), nullptr, T(1),
                                               losses2.data(), lse2.data(), g2.data());
          return H::values({z, losses, lse, z2, losses2, lse2, g2});
+       }},
+      {"update_in_place: one AdamW step over 1000 elements (p, m, v updated from g)",
+       [](H& h) {
+         Tens p = h.uniform({1000}), m = h.uniform({1000}, -0.1, 0.1), v = h.uniform({1000}, 0.0, 0.01), g = h.uniform({1000});
+         B::template update_in_place<T>(1000, fn::AdamWStep{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}},
+                                        p.data(), m.data(), v.data(), g.data());
+         return H::values({p, m, v});
        }},
       {"scatter_add_rows: 300 rows into 5 (deterministic order)",
        [](H& h) {

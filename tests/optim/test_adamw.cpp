@@ -141,3 +141,22 @@ TEST_CASE("AdamW state: names, bitwise round trip, reset restarts bias correctio
   missing.counters.erase("step.norm");
   CHECK_THROWS_WITH(optim::load_state(second, missing), Contains("step.norm"));
 }
+
+TEST_CASE("Cpu::update_in_place with fn::AdamWStep equals the three maps it fuses, bitwise", "[optim][adamw][kernel]") {
+  const index_t n = 1003;
+  Rng rng(21);
+  const auto p0 = rand_uniform<float, Cpu>({n}, rng, -1.0, 1.0), m0 = rand_uniform<float, Cpu>({n}, rng, -0.1, 0.1),
+             v0 = rand_uniform<float, Cpu>({n}, rng, 0.0, 0.01), g = rand_uniform<float, Cpu>({n}, rng, -1.0, 1.0);
+  const fn::Lerp first{0.1};
+  const fn::EmaSquare second{0.95};
+  const fn::AdamWUpdate update{0.999, 1e-2, std::sqrt(1.0 - 0.95 * 0.95), 1e-8};
+  auto p = p0.clone(), m = m0.clone(), v = v0.clone();
+  Cpu::map<float>(1, n, first, m.data(), In<float>{m.data()}, In<float>{g.data()});
+  Cpu::map<float>(1, n, second, v.data(), In<float>{v.data()}, In<float>{g.data()});
+  Cpu::map<float>(1, n, update, p.data(), In<float>{p.data()}, In<float>{m.data()}, In<float>{v.data()});
+  auto fp = p0.clone(), fm = m0.clone(), fv = v0.clone();
+  Cpu::update_in_place<float>(n, fn::AdamWStep{first, second, update}, fp.data(), fm.data(), fv.data(), g.data());
+  CHECK(fm.to_host() == m.to_host());
+  CHECK(fv.to_host() == v.to_host());
+  CHECK(fp.to_host() == p.to_host());
+}

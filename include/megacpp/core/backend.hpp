@@ -79,6 +79,14 @@ struct IdentityFunctor {
   MEGACPP_HD T operator()(T x) const { return x; }
 };
 
+/// An in-place update functor that is valid in every update_in_place kernel (only spells the
+/// concept).
+struct NoOpUpdate {
+  /// Leaves the three states as they are.
+  template <class T>
+  MEGACPP_HD void operator()(T&, T&, T&, T) const {}
+};
+
 /// The kernel contract: a backend is a tag type whose static member functions provide memory,
 /// batched GEMM, elementwise map/reduce over functors and the fused row kernels, with the
 /// conventions of this file. `Cpu` (megacpp/backends/cpu.hpp) is the reference implementation.
@@ -102,6 +110,7 @@ concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, s
   B::template gemm<float>(g, s, cp, cp, s, p);
   // elementwise and reductions over functors
   B::template map<float>(i, i, IdentityFunctor{}, p, in);
+  B::template update_in_place<float>(i, NoOpUpdate{}, p, p, p, cp);
   B::template reduce<float>(i, i, i, IdentityFunctor{}, s, s, p, in);
   B::template expand<float>(i, i, i, s, cp, s, p);
   B::template copy_2d<float>(i, i, cp, i, s, p, i);

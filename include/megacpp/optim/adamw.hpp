@@ -85,10 +85,11 @@ class AdamW {
       T* m = s.exp_avg.data();
       T* v = s.exp_avg_sq.data();
       T* p = s.param.value().data();
-      B::template map<T>(1, n, fn::Lerp{1.0 - o.beta1}, m, In<T>{m}, In<T>{g});
-      B::template map<T>(1, n, fn::EmaSquare{o.beta2}, v, In<T>{v}, In<T>{g});
-      B::template map<T>(1, n, fn::AdamWUpdate{1.0 - lr * o.weight_decay, lr / bc1, std::sqrt(bc2), o.eps}, p, In<T>{p},
-                         In<T>{m}, In<T>{v});
+      // one pass over p, m, v and g (three maps read g twice and m, v once more: ~2% of a train step)
+      B::template update_in_place<T>(
+          n, fn::AdamWStep{fn::Lerp{1.0 - o.beta1}, fn::EmaSquare{o.beta2},
+                           fn::AdamWUpdate{1.0 - lr * o.weight_decay, lr / bc1, std::sqrt(bc2), o.eps}},
+          p, m, v, g);
     }
   }
 

@@ -50,6 +50,21 @@ struct AdamWUpdate {
   }
 };
 
+/// One AdamW step of one element in one pass (B::update_in_place): the three updates above in
+/// their order, m from g, v from g, then p from m and v (PyTorch's fused AdamW kernel does the
+/// same per element).
+struct AdamWStep {
+  Lerp first_moment;       ///< m = lerp(m, g, 1 - beta1)
+  EmaSquare second_moment;  ///< v = beta2 v + (1 - beta2) g^2
+  AdamWUpdate update;       ///< p from (p, m, v)
+  /// Updates p, m and v in place from the gradient g.
+  template <class T> MEGACPP_HD void operator()(T& p, T& m, T& v, T g) const {
+    m = first_moment(m, g);
+    v = second_moment(v, g);
+    p = update(p, m, v);
+  }
+};
+
 /// Newton-Schulz pre-normalisation `X = G / (s ||G||_F + eps)` with `||G||_F^2` read from a
 /// broadcast one-element operand, so the norm never leaves the device.
 struct DivideByFrobenius {

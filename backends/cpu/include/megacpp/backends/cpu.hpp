@@ -64,6 +64,9 @@ struct Cpu {
   /// out[r, c] = f(ins[r, c]...) over a (rows, cols) grid; broadcast operands index by c only.
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cpu::map<T>(rows, cols, f, out, ins...); }
+  /// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (an optimiser step in one pass).
+  template <class T, class F>
+  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) { cpu::update_in_place<T>(n, f, a, b, c, x); }
   /// out[o, i] = beta * out[o, i] + scale * sum_j f(ins[o, j, i]...), x viewed as (outer, n, inner);
   /// each output summed by one thread in a fixed order (deterministic).
   template <class T, class F, class... Ins>

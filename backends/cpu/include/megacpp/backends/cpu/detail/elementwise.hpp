@@ -44,6 +44,15 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   });
 }
 
+// f(a[i], b[i], c[i], x[i]) for i < n, f updating a, b, c in place: an optimiser step in one pass
+// over its state (AdamW's parameter and two moments from the gradient: fn::AdamWStep).
+template <class T, class F>
+void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
+  parallel_chunks(n, 8, [&](index_t begin, index_t end) {
+    for (index_t i = begin; i < end; ++i) f(a[i], b[i], c[i], x[i]);
+  });
+}
+
 // out[o, i] = beta * out[o, i] + scale * sum_j f(ins[o, j, i]...), for x viewed as
 // (outer, n, inner); broadcast operands read ins[i]. Sums run in j order in double, one
 // output per thread: the result is independent of the thread count.

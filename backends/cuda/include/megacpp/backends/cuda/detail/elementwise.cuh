@@ -39,6 +39,19 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   MEGACPP_CUDA_CHECK_LAUNCH(map_kernel);
 }
 
+// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (cpu/detail/elementwise.hpp).
+template <class T, class F>
+__global__ void update_in_place_kernel(index_t n, F f, T* a, T* b, T* c, const T* x) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) f(a[i], b[i], c[i], x[i]);
+}
+
+template <class T, class F>
+void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
+  if (n == 0) return;
+  update_in_place_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, a, b, c, x);
+  MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_kernel);
+}
+
 // dst[o, j, i] = beta * dst[o, j, i] + scale * src[o, i]  (the backward of a sum over j).
 template <class T>
 __global__ void expand_kernel(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
