@@ -174,7 +174,11 @@ void micro_kernel(index_t kc, const T* a, index_t lda, const T* b, T* c, index_t
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < NP; ++j) acc[r][j] = ei::pset1<P>(T(0));
+  // The depth loop unrolled 4x: fewer loop-control instructions, which can take the FMA
+  // ports from the 24 FMAs of each step (measured on the dev box: +6-7% over the model's product
+  // shapes, median of 16 interleaved rounds; 8x measured the same).
   if constexpr (kPackedA) {
+#pragma GCC unroll 4
     for (index_t p = 0; p < kc; ++p, a += MR, b += NR) {
       P bp[NP];
 #pragma GCC unroll 4
@@ -190,6 +194,7 @@ void micro_kernel(index_t kc, const T* a, index_t lda, const T* b, T* c, index_t
     const T* rows[MR];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) rows[r] = a + std::min<index_t>(r, m - 1) * lda;
+#pragma GCC unroll 4
     for (index_t p = 0; p < kc; ++p, b += NR) {
       P bp[NP];
 #pragma GCC unroll 4
