@@ -88,6 +88,14 @@ double max_relative_error(const Tensor<T, Cpu>& a, const Tensor<T, Cpu>& b) {
   return diff / scale;
 }
 
+// max_i |a_i|.
+template <class T>
+double max_abs(const Tensor<T, Cpu>& a) {
+  double m = 0;
+  for (index_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(static_cast<double>(a.data()[i])));
+  return m;
+}
+
 // The CPU kernel's default tiles (tests that say "default tiles" use these, whatever they are).
 inline const cpu::flash::Tuning kDefaultTiles{};
 

@@ -98,8 +98,20 @@ TEST_CASE("flash_attention: gradcheck and the dense reference (double), GQA, sof
     const auto gq = q.grad().clone(), gk = k.grad().clone(), gv = v.grad().clone();
     q.zero_grad(), k.zero_grad(), v.zero_grad();
     backward(dense, upstream);
-    CHECK(max_relative_error(gq, q.grad()) < 1e-12);
-    CHECK(max_relative_error(gk, k.grad()) < 1e-12);
+    if (c.options.window == 1) {
+      // Each query sees only itself, so the output is v whatever q and k: their gradients are
+      // exactly zero in exact arithmetic, and what either path returns is the rounding of
+      // dS = P (dP - D) with dP = dO . v and D = dO . O summed in different orders (FMA or not,
+      // depending on the build). A relative error against a zero reference measures nothing;
+      // the bound is absolute, a few ulps of the O(1) terms that cancel.
+      CHECK(max_abs(gq) < 1e-14);
+      CHECK(max_abs(gk) < 1e-14);
+      CHECK(max_abs(q.grad()) < 1e-14);
+      CHECK(max_abs(k.grad()) < 1e-14);
+    } else {
+      CHECK(max_relative_error(gq, q.grad()) < 1e-12);
+      CHECK(max_relative_error(gk, k.grad()) < 1e-12);
+    }
     CHECK(max_relative_error(gv, v.grad()) < 1e-12);
   }
 }

@@ -24,8 +24,9 @@
 //   document's first token, and every buffer an Eigen expression *writes* (scores, probabilities,
 //   accumulators, the packed query tile) is per-thread scratch starting 64-byte aligned with rows
 //   padded to 64 bytes, so Eigen's vectorised loops peel and split identically wherever the
-//   document sits. K and V are read in place (batch, seq, kv_heads, D): GEMM operands go through
-//   Eigen's packing, whose arithmetic does not depend on their alignment. A query tile's rows
+//   document sits. K and V are read in place (batch, seq, kv_heads, D): the tile products run on
+//   the backend's packed GEMM (tile_gemm), whose arithmetic does not depend on the operands'
+//   alignment or on the rows around a row. A query tile's rows
 //   (token, group head) are packed (times `scale`) into scratch, as are dO, LSE and D.
 // - One OpenMP parallel region per call, work items on a dynamic schedule, largest first; each
 //   output element is written by exactly one item in a fixed order, so results are bitwise
@@ -66,7 +67,7 @@ struct Tuning {
   /// Smaller tiles waste less on the diagonal (a tile_q-wide band is half masked); 128 measured
   /// best with tile_k 256 at head_dim 64 on the 2-core AVX-512 dev box (bench/attention).
   index_t q_rows = 128;
-  /// Keys per key tile: the query tile's packing inside Eigen is repeated per key tile, so
+  /// Keys per key tile: the packing of the key tile's operand is repeated per query tile, so
   /// longer is better until the score tile (q_rows x tile_k) leaves L2.
   index_t tile_k = 256;
   /// Backward work decomposition (all give bitwise the same result).
@@ -268,10 +269,22 @@ void pack_query_tile(const Context<T>& c, const DocumentWork& d, const QueryTile
   }
 }
 
+// C = op(A) op(B) + beta C for tiles held in Eigen maps (row-major, rows outerStride() apart),
+// on the calling thread through the backend's packed GEMM (gemm_kernel.hpp): on these small
+// products (up to 128 x 256 x 64) it packs one operand where Eigen's product packs both, and
+// its per-row arithmetic does not depend on the tile's neighbours.
+template <class T, class MA, class MB, class MC>
+void tile_gemm(bool trans_a, const MA& A, bool trans_b, const MB& B, T beta, MC& C) {
+  const index_t k = trans_a ? A.rows() : A.cols();
+  const GemmArgs g{.trans_a = trans_a, .trans_b = trans_b, .m = C.rows(), .n = C.cols(), .k = k,
+                   .lda = A.outerStride(), .ldb = B.outerStride(), .ldc = C.outerStride()};
+  packed_gemm::gemm<T>(g, T(1), A.data(), B.data(), beta, C.data());
+}
+
 // S = Q K^T, then the softcap (keeping tanh in `t_buffer` for the backward when given).
 template <class T>
 void tile_scores(const Context<T>& c, const ConstTile<T>& Q, const InPlaceRows<T>& K, Tile<T>& S, T* t_buffer) {
-  S.noalias() = Q * K.transpose();
+  tile_gemm<T>(false, Q, true, K, T(0), S);
   if (c.cap > T(0)) {
     const T inv_cap = T(1) / c.cap;
     if (t_buffer) {
@@ -333,7 +346,7 @@ void forward_query_tile(const Context<T>& c, const DocumentWork& d, index_t tile
       }
     }
     O.array().colwise() *= ColumnVector<T>(s.alpha, rows);
-    O.noalias() += S * key_rows(c, c.v, d, ks, ke);
+    tile_gemm<T>(false, S, false, key_rows(c, c.v, d, ks, ke), T(1), O);
     ++s.stats.tiles;
     s.stats.scores += rows * n;
   }
@@ -381,9 +394,9 @@ void backward_pair(const Context<T>& c, const DocumentWork& d, const QueryTile& 
   const bool want_kv = dk_base != nullptr;
   if (want_kv) {
     Tile<T> dV(dv_base + (ks - base_key) * Dp, n, D, dp_stride);
-    dV.noalias() += P.transpose() * dO;
+    tile_gemm<T>(true, P, false, dO, T(1), dV);
   }
-  dS.noalias() = dO * key_rows(c, c.v, d, ks, ke).transpose();  // dP
+  tile_gemm<T>(false, dO, true, key_rows(c, c.v, d, ks, ke), T(0), dS);  // dP
   const ColumnVector<T> drow(s.drow, rows);
   if (c.cap > T(0)) {  // dS = P * (dP - D) * (1 - tanh^2), one pass
     const Tile<T> Th(s.t, rows, n, s_stride);
@@ -393,11 +406,11 @@ void backward_pair(const Context<T>& c, const DocumentWork& d, const QueryTile& 
   }
   if (want_kv) {
     Tile<T> dK(dk_base + (ks - base_key) * Dp, n, D, dp_stride);
-    dK.noalias() += dS.transpose() * Q;  // Q carries `scale`
+    tile_gemm<T>(true, dS, false, Q, T(1), dK);  // Q carries `scale`
   }
   if (want_q) {
     Tile<T> dQ(s.acc, rows, D, dp_stride);
-    dQ.noalias() += dS * K;  // times `scale` when flushed
+    tile_gemm<T>(false, dS, false, K, T(1), dQ);  // times `scale` when flushed
   }
   ++s.stats.tiles;
   s.stats.scores += rows * n;
@@ -501,16 +514,15 @@ std::vector<DocumentWork> document_work(const Context<T>& c, const Docs& docs) {
   return out;
 }
 
-// Multiply-adds below which a call runs on the calling thread: Eigen's own threshold for
-// splitting one product (kMinTaskSize in Eigen/src/Core/products/Parallelizer.h), so that no tile
-// product of a serial call is ever split by Eigen either.
+// Multiply-adds below which a call runs on the calling thread (Eigen's threshold for splitting
+// one product, kMinTaskSize in Eigen/src/Core/products/Parallelizer.h): below it a fork/join
+// costs more than the call.
 inline constexpr long long kSerialMacs = 50'000;
 
 // Runs run(item, scratch) for every item, largest cost first, on all OpenMP threads with a dynamic
-// schedule (results do not depend on the assignment), or serially for a tiny call. Inside a team
-// of two or more threads Eigen never splits a product, and a serial call's products are below
-// its split threshold: every tile product runs single-threaded with the same blocking whatever
-// the thread count, so the results are bitwise independent of it. Sums the counters into `stats`.
+// schedule (results do not depend on the assignment), or serially for a tiny call. Every tile
+// product runs single-threaded (tile_gemm) with the same blocking whatever the thread count, so
+// the results are bitwise independent of it. Sums the counters into `stats`.
 template <class T, class Run>
 void run_items(const Context<T>& c, std::vector<Item> items, Stats& stats, Run&& run) {
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
