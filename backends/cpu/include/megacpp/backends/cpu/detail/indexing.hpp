@@ -99,17 +99,22 @@ void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positi
   });
 }
 
+// One row's cross-entropy: lse = logsumexp(z) (shifted by the row's max), and the returned loss
+// w (lse - z[target]), exactly 0 where the weight (loss mask) is 0.
+template <class T>
+T row_cross_entropy(index_t vocab, const T* z, index_t target, T w, T& lse) {
+  const T m = packet_max(vocab, z);
+  lse = m + std::log(exp_sum(vocab, z, m));
+  return w == T(0) ? T(0) : w * (lse - z[target]);
+}
+
 // Per-row cross-entropy: lse[r] = logsumexp(logits[r, :]);
 // losses[r] = mask[r] * (lse[r] - logits[r, targets[r]]). `mask` may be null (all ones).
 template <class T>
 void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int32_t* targets,
                    const T* mask, T* losses, T* lse) {
   parallel_for(rows, vocab * 8, [&](index_t r) {
-    const T* z = logits + r * vocab;
-    const T m = packet_max(vocab, z);
-    lse[r] = m + std::log(exp_sum(vocab, z, m));
-    const T w = mask ? mask[r] : T(1);
-    losses[r] = w == T(0) ? T(0) : w * (lse[r] - z[targets[r]]);
+    losses[r] = row_cross_entropy(vocab, logits + r * vocab, targets[r], mask ? mask[r] : T(1), lse[r]);
   });
 }
 
@@ -147,11 +152,9 @@ void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const 
   parallel_for(rows, vocab * 16, [&](index_t r) {
     T* z = logits + r * vocab;
     if (cap > T(0)) softcap_rows<T>(vocab, z, cap, z);
-    const T m = packet_max(vocab, z);
-    lse[r] = m + std::log(exp_sum(vocab, z, m));
     const index_t target = targets[r];
     const T w = mask ? mask[r] : T(1);
-    losses[r] = w == T(0) ? T(0) : w * (lse[r] - z[target]);
+    losses[r] = row_cross_entropy(vocab, z, target, w, lse[r]);
     if (!grad) return;
     T* g = grad + r * vocab;
     const T weight = scale * w;
