@@ -85,15 +85,22 @@ void check_against_reference(index_t m, index_t n, index_t k, bool ta, bool tb, 
 
 TEST_CASE("Cpu::gemm equals a naive reference across tile, block and tail boundaries", "[kernels][gemm]") {
   // m around the 6-row tile and the 96-row block; n around the 64- (fp32) / 32-column (fp64)
-  // tile; k around the 256-deep block; transposes; padded leading dimensions.
+  // tile; k around one and two 256-deep blocks; transposes; padded leading dimensions.
   for (index_t m : {1, 5, 6, 7, 97, 200})
     for (index_t n : {1, 31, 33, 64, 65, 130})
-      for (index_t k : {1, 17, 256, 257, 600})
+      for (index_t k : {1, 17, 256, 257, 512, 513, 600})
         for (bool ta : {false, true})
           for (bool tb : {false, true}) {
             check_against_reference<double>(m, n, k, ta, tb, (m + n + k) % 3, 1.0, 0.0, 1e-14);
             check_against_reference<float>(m, n, k, ta, tb, (m + n) % 2, 1.0f, 1.0f, 1e-5);
           }
+  // n past the packed B block (2048 fp32 / 1024 fp64 columns) on each of two threads' column
+  // halves, k past two depth blocks
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_against_reference<double>(7, 4200, 530, ta, tb, 1, 1.0, 0.0, 1e-14);
+      check_against_reference<float>(13, 4200, 530, ta, tb, 0, 1.0f, 1.0f, 1e-5);
+    }
   // alpha and beta other than 0 and 1, on a product large enough to be split across threads
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
