@@ -101,6 +101,34 @@ TEST_CASE("non-leaf gradients are released unless retain_grad", "[engine]") {
   CHECK(x.grad().to_host() == std::vector<double>{8, 8});
 }
 
+TEST_CASE("reshape and add hand their gradient on without a copy only when nothing else sees it", "[engine]") {
+  SECTION("add(x, x): the second operand accumulates onto the first's copy") {
+    auto x = V::parameter(T64::from_host({2}, {1, 2}));
+    backward(sum(add(x, x)));
+    CHECK(x.grad().to_host() == std::vector<double>{2, 2});
+  }
+  SECTION("a retained gradient is never shared with the input's") {
+    auto x = V::parameter(T64::from_host({2}, {1, 2}));
+    auto r = reshape(x, Shape{2, 1});
+    r.retain_grad();
+    // add: x accumulates a copy, reshape(r)'s result takes the gradient, r takes that in turn;
+    // r retains it, so x adds r's gradient instead of taking it.
+    backward(sum(add(reshape(r, Shape{2}), x)));
+    CHECK(r.grad().to_host() == std::vector<double>{1, 1});
+    CHECK(x.grad().to_host() == std::vector<double>{2, 2});
+    CHECK(r.grad().data() != x.grad().data());
+    backward(sum(scale(x, 5.0)));  // x's later accumulation leaves r's gradient alone
+    CHECK(x.grad().to_host() == std::vector<double>{7, 7});
+    CHECK(r.grad().to_host() == std::vector<double>{1, 1});
+  }
+  SECTION("take_grad refuses a second gradient and a wrong shape") {
+    auto x = V::parameter(T64::from_host({2}, {1, 2}));
+    CHECK_THROWS_WITH(x.take_grad(T64::zeros({3})), Contains("differs from value shape"));
+    x.take_grad(T64::zeros({2}));
+    CHECK_THROWS_WITH(x.take_grad(T64::zeros({2})), Contains("already accumulated"));
+  }
+}
+
 TEST_CASE("backward with an explicit upstream gradient", "[engine]") {
   auto x = V::parameter(T64::from_host({2}, {1, 2}));
   auto y = scale(x, 2.0);

@@ -30,7 +30,12 @@ template <class T, Backend B, class Fn>
 struct FunctionNode final : Node {
   explicit FunctionNode(Fn fn) : backward_fn(std::move(fn)) {}
   void backward(VarStateBase& output) override {
-    backward_fn(static_cast<const VarState<T, B>&>(output).grad);
+    auto& out = static_cast<VarState<T, B>&>(output);
+    // The documented form gets the result's gradient. The library's view-like ops (reshape, add)
+    // take the result's state instead, to hand its gradient on without a copy; asked second, so a
+    // user's generic lambda (const auto& g) is only ever instantiated with the Tensor.
+    if constexpr (std::is_invocable_v<Fn&, const Tensor<T, B>&>) backward_fn(std::as_const(out.grad));
+    else backward_fn(out);
   }
   Fn backward_fn;
 };

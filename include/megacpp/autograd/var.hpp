@@ -121,6 +121,13 @@ class Var {
     state_->grad = Tensor<T, B>(shape());
     return {state_->grad.data(), T(0)};
   }
+  /// Makes `g` (this Var's shape) the gradient without copying it, for a backward function whose
+  /// first contribution is a tensor nothing else will use again; only when there is none yet.
+  void take_grad(Tensor<T, B> g) const {
+    check(!state_->grad.defined(), "Var::take_grad", "a gradient is already accumulated here");
+    check(g.shape() == shape(), "Var::take_grad", "gradient shape ", g.shape(), " differs from value shape ", shape());
+    state_->grad = std::move(g);
+  }
   /// Forgets the accumulated gradient (the next backward starts from zero).
   void zero_grad() { state_->release_grad(); }
   /// Keep this non-leaf's gradient after backward (leaves always keep theirs).

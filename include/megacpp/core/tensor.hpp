@@ -78,6 +78,8 @@ class Tensor {
 
   /// False for a default-constructed Tensor (no storage).
   bool defined() const { return storage_.use_count() > 0; }
+  /// True when no other Tensor (copy or view) shares this storage.
+  bool sole_owner() const { return storage_.use_count() == 1; }
   /// The shape.
   const Shape& shape() const { return shape_; }
   /// Number of dims.

@@ -62,13 +62,20 @@ void accumulate_broadcast_grad(const Var<T, B>& dst, bool dst_broadcast, const B
   }
 }
 
+// forward(a, b) elementwise over the broadcast plan's grid.
+template <class T, Backend B, class Forward>
+Tensor<T, B> binary_forward(const BroadcastPlan& p, const Var<T, B>& a, const Var<T, B>& b, Forward forward) {
+  Tensor<T, B> out(p.out);
+  const In<T> ia{a.value().data(), p.a_broadcast}, ib{b.value().data(), p.b_broadcast};
+  B::template map<T>(p.rows, p.cols, forward, out.data(), ia, ib);
+  return out;
+}
+
 template <class T, Backend B, class Forward, class GradA, class GradB>
 Var<T, B> binary_op(const char* name, const Var<T, B>& a, const Var<T, B>& b, Forward forward,
                     GradA grad_a, GradB grad_b) {
   const BroadcastPlan p = broadcast_plan(name, a.shape(), b.shape());
-  Tensor<T, B> out(p.out);
-  const In<T> ia{a.value().data(), p.a_broadcast}, ib{b.value().data(), p.b_broadcast};
-  B::template map<T>(p.rows, p.cols, forward, out.data(), ia, ib);
+  Tensor<T, B> out = binary_forward(p, a, b, forward);
   return make_result(name, std::move(out), [a, b, p, grad_a, grad_b](const Tensor<T, B>& g) mutable {
     const In<T> ig{g.data(), false};
     const In<T> ia{a.value().data(), p.a_broadcast}, ib{b.value().data(), p.b_broadcast};
@@ -91,11 +98,28 @@ Var<T, B> unary_op(const char* name, const Var<T, B>& x, Forward forward, Grad g
 
 // --- binary arithmetic -----------------------------------------------------------------------
 /// a + b, broadcasting over leading dims (see the file comment).
+///
+/// Backward: both inputs receive the result's gradient g. b's copy (or sum over broadcast rows)
+/// is made first; then a, when not broadcast and without a gradient yet, takes g's storage
+/// instead of a second copy if nothing else can see it (the result's gradient is not retained
+/// and shares its storage with no other tensor; the engine releases it after this node). That
+/// halves the residual stream's gradient copies (reshape does the same, see shape.hpp).
 template <class T, Backend B>
 Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
-  return detail::binary_op("add", a, b, fn::Add{},
-      [](auto& v, auto& p, auto g, auto, auto) { detail::accumulate_broadcast_grad(v, p.a_broadcast, p, fn::Identity{}, g); },
-      [](auto& v, auto& p, auto g, auto, auto) { detail::accumulate_broadcast_grad(v, p.b_broadcast, p, fn::Identity{}, g); });
+  const detail::BroadcastPlan p = detail::broadcast_plan("add", a.shape(), b.shape());
+  Tensor<T, B> out = detail::binary_forward(p, a, b, fn::Add{});
+  return make_result("add", std::move(out), [a, b, p](detail::VarState<T, B>& result) mutable {
+    const In<T> g{result.grad.data(), false};
+    if (b.requires_grad()) detail::accumulate_broadcast_grad(b, p.b_broadcast, p, fn::Identity{}, g);
+    if (!a.requires_grad()) return;
+    // After b's contribution: add(x, x) gives a a gradient by now, and it accumulates.
+    if (!p.a_broadcast && !a.grad().defined() && !result.retains_grad && result.grad.sole_owner()) {
+      a.take_grad(result.grad.reshape(a.shape()));
+      result.release_grad();
+      return;
+    }
+    detail::accumulate_broadcast_grad(a, p.a_broadcast, p, fn::Identity{}, g);
+  }, a, b);
 }
 /// a - b, broadcasting over leading dims.
 template <class T, Backend B>
