@@ -46,8 +46,10 @@ namespace megacpp::cpu::packed_gemm {
 // Registers: MR x NP accumulators, NP packets of B and one broadcast of A fit the vector
 // register file: 6 x 4 + 4 + 1 = 29 of 32 with AVX-512, 6 x 2 + 2 + 1 = 15 of 16 with AVX2.
 // Per depth step the tile does MR x NP FMAs for NP loads and MR broadcasts: 24 for 10 (measured
-// on the Ice Lake dev box against 14 x 2, 12 x 2, 8 x 3, 7 x 4 and 28 x 1 tiles: the best, ~90%
-// of the FMA peak with its operands in L1/L2).
+// on the Ice Lake dev box against 14 x 2, 12 x 2, 8 x 3, 7 x 4 and 28 x 1 tiles: the best; 12 x 2
+// again 5-12% slower with the unrolled loop and A^T packed). With the depth loop unrolled, it
+// runs at ~80% of one thread's FMA peak from L1, 66-72% of both threads' from L2 and 55-61% on
+// the model's full-size products (FMA-loop peak 270-346 GFLOP/s on two threads, same minutes).
 // Blocks (measured with kKc 96-512, kMc 48-288, kNc 256-4096; the machine's noise, +-10%, hides
 // smaller differences): a B micro-panel of kKc x NR = 64 KB streams from L2 past each A tile; the
 // A block (kMc x kKc = 96 KB) stays in L2; kNc bounds the packed B block (2 MB) to L2 + L3.
