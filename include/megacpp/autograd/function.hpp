@@ -59,6 +59,18 @@ void put_gradient(GradSink<T> sink, index_t rows, index_t cols, F f, Ins... ins)
   else B::template map<T>(rows, cols, fn::AccumulateOf<F>{f}, sink.data, In<T>{sink.data}, ins...);
 }
 
+/// Hands the result's gradient on to `x` as x's gradient, without a copy, when nothing else can
+/// see it: x has no gradient yet, the result does not retain its own, and no other tensor shares
+/// its storage (the engine releases the result's gradient right after the node anyway). For
+/// backward functions that take the result's state (reshape, add); true when handed on.
+template <class T, Backend B>
+bool hand_gradient_on(const Var<T, B>& x, detail::VarState<T, B>& result) {
+  if (x.grad().defined() || result.retains_grad || !result.grad.sole_owner()) return false;
+  x.take_grad(result.grad.reshape(x.shape()));
+  result.release_grad();
+  return true;
+}
+
 /// Wraps `value` as the result of op `name` whose inputs are `inputs` (Vars, of any element type,
 /// or vectors of Vars). `backward` is called as backward(const Tensor<T, B>& grad_of_result).
 template <class T, Backend B, class Fn, class... Inputs>

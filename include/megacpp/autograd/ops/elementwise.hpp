@@ -113,11 +113,7 @@ Var<T, B> add(const Var<T, B>& a, const Var<T, B>& b) {
     if (b.requires_grad()) detail::accumulate_broadcast_grad(b, p.b_broadcast, p, fn::Identity{}, g);
     if (!a.requires_grad()) return;
     // After b's contribution: add(x, x) gives a a gradient by now, and it accumulates.
-    if (!p.a_broadcast && !a.grad().defined() && !result.retains_grad && result.grad.sole_owner()) {
-      a.take_grad(result.grad.reshape(a.shape()));
-      result.release_grad();
-      return;
-    }
+    if (!p.a_broadcast && hand_gradient_on(a, result)) return;
     detail::accumulate_broadcast_grad(a, p.a_broadcast, p, fn::Identity{}, g);
   }, a, b);
 }

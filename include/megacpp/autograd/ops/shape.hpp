@@ -23,11 +23,7 @@ template <class T, Backend B>
 Var<T, B> reshape(const Var<T, B>& x, const Shape& shape) {
   Tensor<T, B> y = x.value().reshape(shape);
   return make_result("reshape", std::move(y), [x](detail::VarState<T, B>& out) mutable {
-    if (!x.grad().defined() && !out.retains_grad && out.grad.sole_owner()) {
-      x.take_grad(out.grad.reshape(x.shape()));
-      out.release_grad();
-      return;
-    }
+    if (hand_gradient_on(x, out)) return;
     put_gradient<T, B>(x.grad_sink(), 1, x.numel(), fn::Identity{}, In<T>{out.grad.data()});
   }, x);
 }
