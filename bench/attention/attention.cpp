@@ -144,8 +144,9 @@ Timings time_all(const bench::BenchArgs& args) {
       double computed_per_useful = static_cast<double>(p->seq) * static_cast<double>(p->seq) * kHeads / pairs;
       if (fused_case[i]) {
         NoGrad no_grad;
-        flash_attention(p->q, p->k, p->v, docs, kOptions);
-        computed_per_useful = static_cast<double>(cpu::flash::last_forward_stats().scores) / pairs;
+        AttentionStats stats;
+        flash_attention(p->q, p->k, p->v, docs, kOptions, &stats);
+        computed_per_useful = static_cast<double>(stats.scores) / pairs;
       }
       out.ms.push_back(t[static_cast<std::size_t>(i)].median_s * 1e3);
       std::printf("%-6s %6" PRId64 " %5" PRId64 " %11.1f %10.1f %6d %12.1f %14.2f\n", cases[static_cast<std::size_t>(i)].name.c_str(),
@@ -187,9 +188,9 @@ int main(int argc, char** argv) {
                            "fp32 fused flash_attention vs dense_attention, forward + backward; batch 1, heads 8, kv_heads 2, "
                            "head_dim 64, softcap 50, no window; T in {1024, 4096}, 1 or 8 equal documents per row",
                            args);
-  const auto& tune = cpu::flash::tuning();
+  const index_t q_rows = cpu::flash::kDefaultQueryRows, tile_k = cpu::flash::kDefaultKeyTile;  // kOptions keeps the defaults
   std::printf("cpu kernel:    query tile %" PRId64 " rows (%" PRId64 " tokens x %" PRId64 " heads), key tile %" PRId64 "\n",
-              tune.q_rows, tune.q_rows / (kHeads / kKvHeads), kHeads / kKvHeads, tune.tile_k);
+              q_rows, q_rows / (kHeads / kKvHeads), kHeads / kKvHeads, tile_k);
   const double peak_start = bench::fma_peak_gflops();
   std::printf("fp32 FMA peak: %.1f GFLOP/s measured over all threads\n", peak_start);
 

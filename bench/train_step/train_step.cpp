@@ -16,10 +16,11 @@
 using namespace megacpp;
 
 namespace {
-inline constexpr Dims kBenchDims{.d_model = 512, .n_layers = 4, .n_heads = 8, .n_kv_heads = 2, .vocab = 8192,
-                                 .mamba_d_state = 128, .mamba_headdim = 64, .mamba_expand = 2, .max_seq = 4096};
-using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A">;
-using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM">;
+inline constexpr Dims kBenchDims{.d_model = 512, .n_layers = 4, .vocab = 8192, .max_seq = 4096};
+inline constexpr AttentionSizes kBenchAttention{.n_heads = 8, .n_kv_heads = 2};
+inline constexpr MambaSizes kBenchMamba{.d_state = 128, .headdim = 64, .expand = 2};
+using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A", kBenchAttention, kBenchMamba>;
+using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM", kBenchAttention, kBenchMamba>;
 constexpr index_t kBatch = 4, kSeq = 1024, kDocLen = 128;
 constexpr std::int32_t kBos = 0;
 
@@ -73,7 +74,7 @@ StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
   });
   index_t attention_layers = 0;
   for (index_t l = 0; l < kBenchDims.n_layers; ++l) attention_layers += Model::pattern()[l % std::char_traits<char>::length(Model::pattern())] == 'A';
-  const double attn_per_token = 3.0 * 2 * 2 * kBenchDims.n_heads * kBenchDims.attention_head_dim() * (kDocLen + 1) / 2.0;
+  const double attn_per_token = 3.0 * 2 * 2 * kBenchAttention.n_heads * kBenchAttention.head_dim_for(kBenchDims.d_model) * (kDocLen + 1) / 2.0;
   f.model_gflop = (6.0 * static_cast<double>(matrix_params) + attention_layers * attn_per_token) * kBatch * kSeq * 1e-9;
   std::printf("%-7s step %.1f ms, %.0f tokens/s, %.1f GFLOP/step useful, %.1f GFLOP/s, loss %.4f\n\n", name,
               f.seconds * 1e3, f.tokens_per_s, f.model_gflop, f.model_gflop / f.seconds, f.loss);

@@ -12,7 +12,7 @@
 #include <boost/program_options.hpp>
 
 #include "megacpp/data/tokenizer.hpp"
-#include "megacpp/nn/model/curriculum.hpp"
+#include "megacpp/train/curriculum.hpp"
 #include "megacpp/nn/model/sampling.hpp"
 #include "models.hpp"
 #include "run_checkpoint.hpp"
@@ -39,13 +39,13 @@ void print_token(const data::ByteTokenizer& tokenizer, std::int32_t t) {
 
 template <class Model>
 int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state) {
-  const std::string type_id = io::model_type_id<Model>();
+  const std::string type_id = Model::type_id();
   check(state.model_type == type_id, "megacpp-generate", dir.string(), " holds model type [", state.model_type,
         "], the registry's \"", state.model, "\" is [", type_id, "]");
   Model model(0);
   io::load_model(dir / "model.safetensors", model, type_id);
   // The checkpoint's phase decides the RoPE base the weights were trained with.
-  set_rope_theta(model, recipe_phase(state.phase).rope_theta);
+  enter_phase(model, recipe_phase(state.phase));
   const data::ByteTokenizer tokenizer;
   const std::int32_t bos = tokenizer.special().bos, eos = tokenizer.special().eos;
   const auto prompt = tokenizer.encode_document(o.prompt, false);

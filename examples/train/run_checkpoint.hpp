@@ -37,7 +37,7 @@ struct TrainingState {
   std::int64_t step = 0;              ///< optimizer steps completed
   int phase = 1;                      ///< curriculum phase the steps ran in
   std::string model;                  ///< registry name ("tiny")
-  std::string model_type;             ///< io::model_type_id of the model
+  std::string model_type;             ///< Model::type_id() of the model
   std::uint64_t rng_state = 0;        ///< the trainer's Rng after `step` steps
   data::LoaderPosition train_position;  ///< where the next training batch starts
   std::int64_t tokens_seen = 0;       ///< training tokens consumed

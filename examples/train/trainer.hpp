@@ -25,7 +25,7 @@
 
 #include "common/progress_bar.hpp"
 #include "megacpp/data.hpp"
-#include "megacpp/nn/model/curriculum.hpp"
+#include "megacpp/train/curriculum.hpp"
 #include "megacpp/nn/model/sampling.hpp"
 #include "megacpp/optim.hpp"
 #include "metrics.hpp"
@@ -150,7 +150,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   using Clock = std::chrono::steady_clock;
   const data::SpecialTokens special;
   const RunPlan p = make_plan<Model>(o, d);
-  const std::string type_id = io::model_type_id<Model>();
+  const std::string type_id = Model::type_id();
   const int threads = omp_get_max_threads();
 
   // A checkpoint of another model is refused before this one is built (that may be large).
@@ -203,7 +203,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     check(start < p.steps, "megacpp-train", "checkpoint is at step ", start, ", the run has only ", p.steps,
           " steps: nothing to do (raise --steps)");
   }
-  set_rope_theta(model, p.phase.rope_theta);
+  enter_phase(model, p.phase);
   const optim::LrSchedule schedule = make_schedule(o, p);
   const optim::MomentumWarmup momentum{0.85, 0.95, 300};
 

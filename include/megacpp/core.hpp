@@ -1,4 +1,5 @@
-// megacpp/core.hpp: tensors, shapes, element types, errors and the backend contract.
+// megacpp/core.hpp: tensors, shapes, element types, errors, the backend contract and the fused
+// kernels' contracts (megacpp/core/kernels/).
 #pragma once
 
 #include "megacpp/core/backend.hpp"
@@ -6,6 +7,7 @@
 #include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/error.hpp"
 #include "megacpp/core/functors.hpp"
+#include "megacpp/core/kernels.hpp"
 #include "megacpp/core/memory_counter.hpp"
 #include "megacpp/core/random.hpp"
 #include "megacpp/core/shape.hpp"

@@ -1,5 +1,5 @@
 // megacpp/optim.hpp: optimisers (Muon, AdamW, the Role-routed Hybrid), parameter groups,
-// gradient clipping, LR schedules, optimiser state and the distributed-Muon hook.
+// gradient clipping, LR schedules, optimiser state and distributed Muon's shard plan.
 #pragma once
 
 /// \namespace megacpp::optim
@@ -9,7 +9,6 @@
 
 #include "megacpp/optim/adamw.hpp"
 #include "megacpp/optim/clip.hpp"
-#include "megacpp/optim/distributed.hpp"
 #include "megacpp/optim/functors.hpp"
 #include "megacpp/optim/hybrid.hpp"
 #include "megacpp/optim/muon.hpp"
@@ -17,5 +16,6 @@
 #include "megacpp/optim/newton_schulz.hpp"
 #include "megacpp/optim/param_group.hpp"
 #include "megacpp/optim/schedule.hpp"
+#include "megacpp/optim/shard_plan.hpp"
 #include "megacpp/optim/state.hpp"
 #include "megacpp/optim/sum_of_squares.hpp"

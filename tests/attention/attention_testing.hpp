@@ -6,37 +6,20 @@
 #include <cstring>
 #include <vector>
 
+#include "support/documents_testing.hpp"
 #include "support/op_testing.hpp"
 
+#include "megacpp/backends/cpu.hpp"
 #include "megacpp/nn/attention.hpp"
 
 namespace megacpp::testing {
 
 constexpr std::int32_t kBos = 0;
 
-// Token ids of one row from document lengths: each document is BOS then filler tokens. A negative
-// first length -n means the row starts mid-document with n tokens before the first BOS.
-inline std::vector<std::int32_t> row_tokens(const std::vector<index_t>& lengths, std::int32_t filler = 5) {
-  std::vector<std::int32_t> ids;
-  for (std::size_t d = 0; d < lengths.size(); ++d) {
-    const index_t len = lengths[d] < 0 ? -lengths[d] : lengths[d];
-    for (index_t t = 0; t < len; ++t)
-      ids.push_back(t == 0 && lengths[d] > 0 ? kBos : filler + static_cast<std::int32_t>((d + t) % 7));
-  }
-  return ids;
-}
-
-// A layout for several rows given per-row document lengths (each row must sum to seq).
+// A layout for several rows given per-row document lengths (a negative first length: the row
+// starts mid-document), through the shared helper.
 inline DocumentLayout<Cpu> layout_of(const std::vector<std::vector<index_t>>& rows, Positions mode = Positions::per_document) {
-  std::vector<std::int32_t> ids;
-  index_t seq = -1;
-  for (const auto& r : rows) {
-    const auto row = row_tokens(r);
-    if (seq < 0) seq = static_cast<index_t>(row.size());
-    REQUIRE(static_cast<index_t>(row.size()) == seq);
-    ids.insert(ids.end(), row.begin(), row.end());
-  }
-  return DocumentLayout<Cpu>::from_tokens(ids, static_cast<index_t>(rows.size()), seq, kBos, mode);
+  return packed_layout(rows, kBos, mode);
 }
 
 template <class T>
@@ -97,18 +80,14 @@ double max_abs(const Tensor<T, Cpu>& a) {
 }
 
 // The CPU kernel's default tiles (tests that say "default tiles" use these, whatever they are).
-inline const cpu::flash::Tuning kDefaultTiles{};
+inline constexpr AttentionTiles kDefaultTiles{cpu::flash::kDefaultQueryRows, cpu::flash::kDefaultKeyTile};
+// Tiny tiles: query tiles of q_rows / group tokens, key tiles of 3: many partial tiles.
+inline constexpr AttentionTiles kTinyTiles{4, 3};
 
-// Restores the CPU kernel's process-wide tuning when a test ends.
-struct ScopedFlashTuning {
-  cpu::flash::Tuning saved = cpu::flash::tuning();
-  ScopedFlashTuning(index_t q_rows, index_t tile_k,
-                    cpu::flash::Tuning::Backward backward = cpu::flash::Tuning::Backward::automatic) {
-    cpu::flash::tuning() = {q_rows, tile_k, backward};
-  }
-  ~ScopedFlashTuning() { cpu::flash::tuning() = saved; }
-  ScopedFlashTuning(const ScopedFlashTuning&) = delete;
-  ScopedFlashTuning& operator=(const ScopedFlashTuning&) = delete;
-};
+// `options` with the kernel's tiles set to `tiles`.
+inline AttentionOptions with_tiles(AttentionOptions options, AttentionTiles tiles) {
+  options.tiles = tiles;
+  return options;
+}
 
 }  // namespace megacpp::testing

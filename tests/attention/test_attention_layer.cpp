@@ -61,13 +61,12 @@ TEST_CASE("Attention: defaults from the recipe, shapes, names, zero-initialised 
 }
 
 TEST_CASE("Attention and Block<GQA>: gradcheck and the dense reference (double)", "[attention][layer][gradcheck]") {
-  ScopedFlashTuning tiles(4, 3);
   const auto docs = layout_of({{-2, 4, 1, 2}});  // starts mid-document; a length-1 document
   const index_t B = 1, T = 9, d = 8;
   Rng rng(3);
   SECTION("softcap 2, window 3, RoPE") {
     auto block = make_attention_block<double, Cpu, Softcap<2>>(
-        AttentionConfig{.d_model = d, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .window = 3}, rng);
+        AttentionConfig{.d_model = d, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .window = 3, .tiles = kTinyTiles}, rng);
     randomise(block, 4);
     auto& attn = block.mixer;
     auto x = random_var<double>({B, T, d}, 5);
@@ -79,7 +78,7 @@ TEST_CASE("Attention and Block<GQA>: gradcheck and the dense reference (double)"
   }
   SECTION("modded-nanogpt policies: QK-norm, scale 0.12, no softcap, YaRN") {
     NanoGptAttention attn(AttentionConfig{.d_model = d, .n_heads = 2, .n_kv_heads = 1, .head_dim = 6,
-                                          .yarn = Yarn{.factor = 4.0, .original_context = 4}},
+                                          .yarn = Yarn{.factor = 4.0, .original_context = 4}, .tiles = kTinyTiles},
                           rng);
     randomise(attn, 6);
     auto x = random_var<double>({B, T, d}, 7);
@@ -127,7 +126,7 @@ TEST_CASE("Block<GQA>: document masking through the whole layer, projections inc
 
 TEST_CASE("Block<GQA>: check_document_masking on a one-block RecipeLM of pattern A, and it catches a model blind to documents",
           "[attention][layer][masking]") {
-  using AttentionLM = RecipeLM<float, Cpu, kOneBlockDims, "A">;
+  using AttentionLM = OneBlockLM<float, "A">;
   static_assert(std::is_same_v<AttentionLM::block_type<0>, Block<GQA<float, Cpu>>>);
   AttentionLM model(21);
   randomise_matrices(model, 22);

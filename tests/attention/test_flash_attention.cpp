@@ -10,7 +10,7 @@
 
 using namespace megacpp;
 using namespace megacpp::testing;
-using Backward = cpu::flash::Tuning::Backward;
+using Backward = AttentionBackwardSchedule;
 
 TEST_CASE("tiling: every visible pair is computed exactly once, no computed tile is fully masked",
           "[attention][tiling]") {
@@ -65,7 +65,7 @@ TEST_CASE("tiling: every visible pair is computed exactly once, no computed tile
 
 TEST_CASE("flash_attention: gradcheck and the dense reference (double), GQA, softcap, window, packed rows",
           "[attention][gradcheck]") {
-  ScopedFlashTuning tiles(4, 3);  // query tiles of 2 tokens x 2 heads, key tiles of 3: many partial tiles
+  // kTinyTiles: query tiles of 2 tokens x 2 heads, key tiles of 3: many partial tiles
   // Row 0 starts mid-document (3 tokens before its first BOS), then documents of 5, 1, 1 and 4
   // tokens. Row 1: documents of 1, 7 and 6 tokens (finite differences run on row 0 only).
   const auto docs = layout_of({{-3, 5, 1, 1, 4}, {1, 7, 6}});
@@ -76,9 +76,9 @@ TEST_CASE("flash_attention: gradcheck and the dense reference (double), GQA, sof
     AttentionOptions options;
     bool gradcheck;  // finite differences as well as the dense reference
   };
-  const Case cases[] = {{"causal, no softcap", {0.0, 0.0, 0}, true},
-                        {"softcap 2, window 3, scale 0.7", {0.7, 2.0, 3}, true},
-                        {"softcap 50, window 1 (self only)", {0.0, 50.0, 1}, false}};
+  const Case cases[] = {{"causal, no softcap", {0.0, 0.0, 0, kTinyTiles}, true},
+                        {"softcap 2, window 3, scale 0.7", {0.7, 2.0, 3, kTinyTiles}, true},
+                        {"softcap 50, window 1 (self only)", {0.0, 50.0, 1, kTinyTiles}, false}};
   for (const Case& c : cases) {
     INFO(c.name);
     auto q = random_var<double>({B, T, H, D}, 1), k = random_var<double>({B, T, Hkv, D}, 2),
@@ -202,10 +202,9 @@ TEST_CASE("masking invariants: pack [A A A][B B B]: B's outputs and gradients ar
                           {4, 3, 3, 3, 0},      {4, 3, 7, 13, 0},       {4, 3, 7, 13, 5}};
   for (const Setup& setup : setups) {
     const index_t len_a = setup.len_a, len_b = setup.len_b, T = len_a + len_b;
-    const AttentionOptions opt{0.0, 50.0, setup.window};
+    const AttentionOptions opt{0.0, 50.0, setup.window, {setup.q_rows, setup.tile_k}};
     INFO("tiles (" << setup.q_rows << ", " << setup.tile_k << "), A " << len_a << " B " << len_b << " tokens, window "
                    << opt.window);
-    ScopedFlashTuning tuning(setup.q_rows, setup.tile_k);
     const auto packed = layout_of({{len_a, len_b}});
     const auto alone = layout_of({{len_b}});
     auto q = random_var<float>({1, T, H, D}, 12), k = random_var<float>({1, T, Hkv, D}, 13), v = random_var<float>({1, T, Hkv, D}, 14);
@@ -243,14 +242,12 @@ TEST_CASE("masking invariants: pack [A A A][B B B]: B's outputs and gradients ar
 }
 
 TEST_CASE("flash_attention: padding tokens (in no document) give output 0, gradient 0, no NaN, dense agrees", "[attention][masking]") {
-  ScopedFlashTuning tiles(4, 3);
-  auto docs = layout_of({{4, 5}, {9}});
-  docs.spans[0].back().length -= 2;  // row 0: tokens 7, 8 are padding
-  docs.spans[1].back().start += 3;   // row 1: tokens 0..2 are padding
-  docs.spans[1].back().length -= 3;
+  // Row 0: documents of 4 and 3 tokens, then tokens 7, 8 are padding; row 1: tokens 0..2 are
+  // padding, then one document of 6 tokens.
+  const auto docs = DocumentLayout<Cpu>::from_spans(2, 9, {{{0, 4}, {4, 3}}, {{3, 6}}});
   const index_t B = 2, T = 9, H = 2, Hkv = 1, D = 4;
   auto q = random_var<double>({B, T, H, D}, 16), k = random_var<double>({B, T, Hkv, D}, 17), v = random_var<double>({B, T, Hkv, D}, 18);
-  auto fused = flash_attention(q, k, v, docs, {0.0, 50.0, 0});
+  auto fused = flash_attention(q, k, v, docs, {0.0, 50.0, 0, kTinyTiles});
   auto dense = dense_attention(q, k, v, docs, {0.0, 50.0, 0});
   index_t not_finite = 0;
   for (index_t i = 0; i < fused.numel(); ++i) not_finite += !std::isfinite(fused.value().data()[i]);
@@ -290,14 +287,24 @@ TEST_CASE("flash_attention: one-pass and two-pass backward agree bitwise, result
     auto q = random_var<float>({B, T, H, D}, 20), k = random_var<float>({B, T, Hkv, D}, 21), v = random_var<float>({B, T, Hkv, D}, 22);
     const auto upstream = random_tensor<float>({B, T, H, D}, 23);
     auto run = [&](Backward schedule, int threads) {
-      ScopedFlashTuning tiles(setup.q_rows, setup.tile_k, schedule);
+      const AttentionOptions opt{0.0, 50.0, setup.window, {setup.q_rows, setup.tile_k, schedule}};
       const int saved = omp_get_max_threads();
       omp_set_num_threads(threads);
       q.zero_grad(), k.zero_grad(), v.zero_grad();
-      auto o = flash_attention(q, k, v, docs, {0.0, 50.0, setup.window});
+      auto o = flash_attention(q, k, v, docs, opt);
       backward(o, upstream);
+      // the schedule that ran, as the kernel reports it (the op's backward keeps its statistics)
+      Tensor<float, Cpu> dq = Tensor<float, Cpu>::zeros(q.shape());
+      const auto p = kernels::attention_params("test", q.shape(), k.shape(), v.shape(), docs, opt);
+      const float* o_data = o.value().data();
+      Tensor<float, Cpu> lse(Shape{B, T, H});
+      kernels::FusedAttention<Cpu>::forward<float>(p, docs, {q.value().data(), k.value().data(), v.value().data(),
+                                                             dq.data(), lse.data()});
+      const AttentionStats stats = kernels::FusedAttention<Cpu>::backward<float>(
+          p, docs, {q.value().data(), k.value().data(), v.value().data(), o_data, lse.data(), upstream.data(),
+                    dq.data(), nullptr, nullptr});
       omp_set_num_threads(saved);
-      CHECK(cpu::flash::last_backward_stats().two_pass == (schedule == Backward::two_pass));
+      CHECK(stats.two_pass == (schedule == Backward::two_pass));
       return std::vector<Tensor<float, Cpu>>{o.value().clone(), q.grad().clone(), k.grad().clone(), v.grad().clone()};
     };
     const auto one_pass = run(Backward::single_pass, 2);
@@ -319,9 +326,8 @@ TEST_CASE("flash_attention: tiles outside the documents are never computed, cost
   auto q = random_var<float>({1, T, H, D}, 24, false), k = random_var<float>({1, T, Hkv, D}, 25, false),
        v = random_var<float>({1, T, Hkv, D}, 26, false);
   // The score elements the kernel computed equal the planned per-document tiles, exactly.
-  auto planned = [&](const DocumentLayout<Cpu>& docs) {
-    const auto& tune = cpu::flash::tuning();
-    const index_t g = H / Hkv, tq = tune.q_rows / g, tk = tune.tile_k;
+  auto planned = [&](const DocumentLayout<Cpu>& docs, const AttentionStats& stats) {
+    const index_t g = H / Hkv, tq = stats.q_rows / g, tk = stats.tile_k;
     long long scores = 0;
     for (const DocumentSpan& s : docs.spans[0])
       for (index_t qt = 0; qt < attention::tile_count(s.length, tq); ++qt) {
@@ -336,12 +342,15 @@ TEST_CASE("flash_attention: tiles outside the documents are never computed, cost
   };
   const auto one_doc = layout_of({{T}});
   const auto eight_docs = layout_of({{128, 128, 128, 128, 128, 128, 128, 128}});
-  flash_attention(q, k, v, one_doc);
-  const long long one = cpu::flash::last_forward_stats().scores;
-  CHECK(one == planned(one_doc));
-  flash_attention(q, k, v, eight_docs);
-  const long long eight = cpu::flash::last_forward_stats().scores;
-  CHECK(eight == planned(eight_docs));
+  AttentionStats stats;
+  flash_attention(q, k, v, one_doc, {}, &stats);
+  const long long one = stats.scores;
+  CHECK(stats.q_rows == kDefaultTiles.q_rows);
+  CHECK(stats.tile_k == kDefaultTiles.tile_k);
+  CHECK(one == planned(one_doc, stats));
+  flash_attention(q, k, v, eight_docs, {}, &stats);
+  const long long eight = stats.scores;
+  CHECK(eight == planned(eight_docs, stats));
   CHECK(eight * 5 <= one);  // 8 documents cost at most 1/5 of one (ideal 1/8)
   CHECK(one < static_cast<long long>(T) * T * H);  // tiles above the diagonal are skipped
 }

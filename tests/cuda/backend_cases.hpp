@@ -243,12 +243,13 @@ std::vector<Case<T, B>> kernel_cases() {
        [](H& h) {
          Tens z = h.uniform({4, 37}, -8, 8), losses = h.uniform({4}), lse = h.uniform({4});
          const auto mask = Tensor<T, B>::from_host(Shape{4}, {T(1), T(0), T(0.5), T(1)});
-         B::template softcap_cross_entropy<T>(4, 37, T(5), z.data(), h.ids({4}, 37).data(), mask.data(), T(0.25),
-                                              losses.data(), lse.data(), z.data());
+         using Kernel = kernels::SoftcapCrossEntropy<B>;
+         Kernel::template forward<T>({4, 37, 5.0, 0.25},
+                                     {z.data(), h.ids({4}, 37).data(), mask.data(), losses.data(), lse.data(), z.data()});
          Tens z2 = h.uniform({3, 1000}, -3, 3), losses2 = h.uniform({3}), lse2 = h.uniform({3});
          Tens g2 = h.filled({3, 1000}, std::numeric_limits<T>::quiet_NaN());
-         B::template softcap_cross_entropy<T>(3, 1000, T(0), z2.data(), h.ids({3}, 1000).data(), nullptr, T(1),
-                                              losses2.data(), lse2.data(), g2.data());
+         Kernel::template forward<T>({3, 1000, 0.0, 1.0},
+                                     {z2.data(), h.ids({3}, 1000).data(), nullptr, losses2.data(), lse2.data(), g2.data()});
          return H::values({z, losses, lse, z2, losses2, lse2, g2});
        }},
       {"update_in_place: one AdamW step over 1000 elements (p, m, v updated from g)",

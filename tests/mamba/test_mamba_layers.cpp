@@ -1,6 +1,7 @@
 // Mamba-3 (SISO, MIMO) and Mamba-2 layers: chunked == sequential, gradcheck of every parameter and
 // input, decode reproduces the training forward, document isolation of whole layers and blocks
 // (by hand and through the library's whole-model checker), parameter names/roles, and bad input.
+#include "support/documents_testing.hpp"
 #include "support/masking_testing.hpp"
 #include "support/op_testing.hpp"
 
@@ -20,19 +21,8 @@ namespace {
 using Docs = DocumentLayout<Cpu>;
 constexpr std::int32_t kBos = 0;
 
-// Rows of tokens whose documents have the given lengths (each starts with BOS); token ids in [1, 9).
-std::vector<std::int32_t> tokens_for(const std::vector<std::vector<index_t>>& rows) {
-  std::vector<std::int32_t> ids;
-  for (const auto& lengths : rows)
-    for (index_t len : lengths)
-      for (index_t i = 0; i < len; ++i) ids.push_back(i == 0 ? kBos : static_cast<std::int32_t>(1 + (ids.size() % 8)));
-  return ids;
-}
-Docs docs_for(const std::vector<std::vector<index_t>>& rows) {
-  index_t seq = 0;
-  for (index_t len : rows[0]) seq += len;
-  return Docs::from_tokens(tokens_for(rows), static_cast<index_t>(rows.size()), seq, kBos);
-}
+std::vector<std::int32_t> tokens_for(const std::vector<std::vector<index_t>>& rows) { return packed_tokens(rows, kBos); }
+Docs docs_for(const std::vector<std::vector<index_t>>& rows) { return packed_layout(rows, kBos); }
 
 // Tiny layers for fast double-precision gradchecks: d_model 4, d_inner 8, 2 heads of 4, N = 6.
 Mamba3Config tiny_mamba3(index_t chunk) {
@@ -124,28 +114,12 @@ std::vector<double> token_rows(const std::vector<double>& y, index_t batch, inde
   return out;
 }
 
-// The recipe's letter table has no Mamba-2 letter; this one builds Block<Mamba2<T, B>> sized by D,
-// as specialists.hpp's Mamba3Letter does, so a Mamba-2 block composes into an LM. Chunk 16 (not
-// the default 64) puts several chunk boundaries inside the documents of the masking batch.
-template <class T, class B, Dims D>
-struct Mamba2Letter {
-  using type = Block<Mamba2<T, B>>;
-  static Mamba2Config config() {
-    Mamba2Config c;
-    c.d_model = D.d_model;
-    c.d_state = D.mamba_d_state;
-    c.headdim = D.mamba_headdim;
-    c.expand = D.mamba_expand;
-    c.chunk_size = 16;
-    return c;
-  }
-  static type make(Rng& rng) {
-    Mamba2<T, B> mixer(config(), rng);
-    return type(std::move(mixer), MLP<T, B>(D.d_model, rng, D.mlp_width()));
-  }
-};
-// 'S' for SSD, Mamba-2's name for its scan.
-using Mamba2Letters = Letters<Letter<'S', Mamba2Letter>>;
+// The recipe's letter table has no Mamba-2 letter; the library's Mamba2Letter builds
+// Block<Mamba2<T, B>> with the one-block sizes. Chunk 16 (not the default 64) puts several chunk
+// boundaries inside the documents of the masking batch. 'S' for SSD, Mamba-2's name for its scan.
+inline constexpr MambaSizes kMamba2Sizes{.d_state = kOneBlockMamba.d_state, .headdim = kOneBlockMamba.headdim,
+                                         .expand = kOneBlockMamba.expand, .chunk_size = 16};
+using Mamba2Letters = Letters<Letter<'S', Mamba2Letter<kMamba2Sizes>>>;
 
 }  // namespace
 
@@ -345,7 +319,7 @@ TEST_CASE("Block<Mamba3> and Block<Mamba2>: pre-norm residual blocks that stack"
 
 TEST_CASE("Block<Mamba3>: check_document_masking on a one-block RecipeLM of pattern M, and it catches a model blind to documents",
           "[mamba][layers][masking]") {
-  using Mamba3LM = RecipeLM<float, Cpu, kOneBlockDims, "M">;
+  using Mamba3LM = OneBlockLM<float, "M">;
   static_assert(std::is_same_v<Mamba3LM::block_type<0>, Block<Mamba3<float, Cpu>>>);
   Mamba3LM model(31);
   randomise_matrices(model, 32);

@@ -1,5 +1,6 @@
 // Mamba ops: softplus/clamp, rotary angles, rotary_qk, doc-aware conv1d, and the chunked scan
 // against the literal recurrence; gradchecks of every op in double; masking invariants bitwise.
+#include "support/documents_testing.hpp"
 #include "support/op_testing.hpp"
 
 #include <omp.h>
@@ -21,21 +22,7 @@ namespace {
 using Docs = DocumentLayout<Cpu>;
 constexpr std::int32_t kBos = 0;
 
-// Token ids for rows whose documents have the given lengths (each starts with BOS).
-Docs docs_from_lengths(const std::vector<std::vector<index_t>>& rows) {
-  std::vector<std::int32_t> ids;
-  index_t seq = -1;
-  for (const auto& lengths : rows) {
-    index_t n = 0;
-    for (index_t len : lengths) {
-      for (index_t i = 0; i < len; ++i) ids.push_back(i == 0 ? kBos : 7);
-      n += len;
-    }
-    REQUIRE((seq < 0 || seq == n));
-    seq = n;
-  }
-  return Docs::from_tokens(ids, static_cast<index_t>(rows.size()), seq, kBos);
-}
+Docs docs_from_lengths(const std::vector<std::vector<index_t>>& rows) { return packed_layout(rows, kBos); }
 
 V64 param_from(const std::vector<double>& v, Shape s) { return V64::parameter(T64::from_host(s, v)); }
 

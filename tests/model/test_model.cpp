@@ -13,9 +13,10 @@ using Catch::Matchers::Contains;
 
 namespace {
 // Small enough for double-precision checks (and the sanitizer run), every letter present.
-inline constexpr Dims kTestDims{.d_model = 32, .n_layers = 3, .n_heads = 4, .n_kv_heads = 1, .vocab = 64,
-                                .mamba_d_state = 8, .mamba_headdim = 16, .mamba_expand = 2, .max_seq = 512};
-using TestLM = RecipeLM<double, Cpu, kTestDims, "AAM">;
+inline constexpr Dims kTestDims{.d_model = 32, .n_layers = 3, .vocab = 64, .max_seq = 512};
+inline constexpr AttentionSizes kTestAttention{.n_heads = 4, .n_kv_heads = 1};
+inline constexpr MambaSizes kTestMamba{.d_state = 8, .headdim = 16, .expand = 2};
+using TestLM = RecipeLM<double, Cpu, kTestDims, "AAM", kTestAttention, kTestMamba>;
 constexpr std::int32_t kBos = 1;
 
 // Output projections start at zero (blocks are the identity at init); give them weights so the
@@ -78,8 +79,12 @@ TEST_CASE("LM: the pattern fixes the block types, names, roles and summary", "[m
   CHECK(roles[Role::matrix] == 2 * 6 + 4);  // 2 x (wq wk wv wo fc proj) + (in_proj out_proj fc proj)
   const std::string summary = model.summary();
   INFO(summary);
-  CHECK_THAT(summary, Contains("pattern \"AAM\""));
+  CHECK_THAT(summary, Contains("LM \"AAM\" d_model 32 layers 3 vocab 64"));
   CHECK_THAT(summary, Contains("embedding: 2048"));
+  // the type id names each distinct letter's own sizes once, in pattern order
+  CHECK(TestLM::type_id() ==
+        "F64 LM \"AAM\" d_model 32 layers 3 vocab 64 max_seq 512; A: GQA heads 4/1 head_dim 8 window 0 mlp 128; "
+        "M: Mamba3 SISO N8 P16 x2 mlp 128");
 }
 
 TEST_CASE("LM: initialisation and forward are bitwise deterministic for a seed", "[model][determinism]") {
@@ -146,7 +151,7 @@ TEST_CASE("LM: the fused loss equals the per-token path and gradients reach ever
 }
 
 TEST_CASE("LM: a tiny hybrid overfits a fixed packed batch (training works end to end)", "[model][train]") {
-  using SmallLM = RecipeLM<float, Cpu, kTestDims, "AAM">;
+  using SmallLM = RecipeLM<float, Cpu, kTestDims, "AAM", kTestAttention, kTestMamba>;
   SmallLM model(11);
   std::vector<std::int32_t> ids, targets;
   packed_batch(ids, targets, 2, 24);

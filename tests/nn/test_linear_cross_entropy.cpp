@@ -56,7 +56,7 @@ TEST_CASE("linear_cross_entropy: upstream gradient scales, no_grad skips the gra
   CHECK_THROWS_WITH(linear_cross_entropy(h, w, CpuTensor<std::int32_t>::from_host({3}, {0, 9, 1})), Contains("target id 9 >= 5"));
 }
 
-TEMPLATE_TEST_CASE("Cpu::softcap_cross_entropy equals the separate softcap, cross-entropy and gradient kernels",
+TEMPLATE_TEST_CASE("SoftcapCrossEntropy<Cpu> equals the separate softcap, cross-entropy and gradient kernels",
                    "[nn][loss][kernel]", float, double) {
   using T = TestType;
   const index_t rows = 5;
@@ -80,10 +80,10 @@ TEMPLATE_TEST_CASE("Cpu::softcap_cross_entropy equals the separate softcap, cros
         auto fused = z.clone(), in_place = z.clone();
         std::vector<T> f_losses(rows), f_lse(rows), f_grad(grad.size(), std::numeric_limits<T>::quiet_NaN());
         std::vector<T> i_losses(rows), i_lse(rows);
-        Cpu::softcap_cross_entropy<T>(rows, vocab, cap, fused.data(), targets.data(), mask.data(), scale, f_losses.data(),
-                                      f_lse.data(), f_grad.data());
-        Cpu::softcap_cross_entropy<T>(rows, vocab, cap, in_place.data(), targets.data(), mask.data(), scale, i_losses.data(),
-                                      i_lse.data(), in_place.data());
+        using Kernel = kernels::SoftcapCrossEntropy<Cpu>;
+        const kernels::SoftcapCrossEntropyParams params{rows, vocab, static_cast<double>(cap), static_cast<double>(scale)};
+        Kernel::forward<T>(params, {fused.data(), targets.data(), mask.data(), f_losses.data(), f_lse.data(), f_grad.data()});
+        Kernel::forward<T>(params, {in_place.data(), targets.data(), mask.data(), i_losses.data(), i_lse.data(), in_place.data()});
         CHECK(fused.to_host() == expected_zc);  // the same softcap code: bitwise
         CHECK(f_losses == losses);               // the same max, sum and log: bitwise
         CHECK(f_lse == lse);
@@ -97,8 +97,7 @@ TEMPLATE_TEST_CASE("Cpu::softcap_cross_entropy equals the separate softcap, cros
         for (index_t c = 0; c < vocab; ++c) REQUIRE(f_grad[static_cast<std::size_t>(vocab + c)] == T(0));  // masked row
         // loss only (no gradient): logits end as zc
         auto loss_only = z.clone();
-        Cpu::softcap_cross_entropy<T>(rows, vocab, cap, loss_only.data(), targets.data(), mask.data(), scale,
-                                      i_losses.data(), i_lse.data(), nullptr);
+        Kernel::forward<T>(params, {loss_only.data(), targets.data(), mask.data(), i_losses.data(), i_lse.data(), nullptr});
         CHECK(loss_only.to_host() == expected_zc);
         CHECK(i_losses == losses);
       }

@@ -21,7 +21,7 @@ namespace megacpp::testing {
 //   embed (V, D) tied to the head, per block attention (D, D) / (D, D/4) projections, MLP
 //   (D, 4D) / (4D, D), RMSNorm gains, a router with a bias, learned scalars, and an MTP module.
 template <class T>
-struct TinyLM {
+struct ToyLM {
   static constexpr index_t V = 40, D = 16;
   struct Block {
     Param<T, Cpu> attn_norm, wq, wk, wv, wo, mlp_norm, w1, w2;
@@ -41,7 +41,7 @@ struct TinyLM {
   std::vector<Block> blocks;
   bool tied = true;
 
-  explicit TinyLM(std::uint64_t seed, bool tie = true) : tied(tie) {
+  explicit ToyLM(std::uint64_t seed, bool tie = true) : tied(tie) {
     Rng rng(seed);
     using P = Param<T, Cpu>;
     embed = P::normal({V, D}, Role::embedding, rng, 0.5);

@@ -55,7 +55,7 @@ TEST_CASE("clip_grad_norm below max_norm leaves the gradients bitwise untouched"
 }
 
 TEST_CASE("clip_grad_norm: a large model's norm matches a double host sum", "[optim][clip]") {
-  TinyLM<double> model(12, /*tie=*/false);
+  ToyLM<double> model(12, /*tie=*/false);
   auto params = optim::collect_params<double, Cpu>(model);
   set_random_grads(params, 13, 0.5);
   double total = 0;

@@ -46,7 +46,7 @@ struct Expected {
 }  // namespace
 
 TEST_CASE("Hybrid routes by Role: the routing table of a model", "[optim][hybrid]") {
-  TinyLM<float> model(1, /*tie=*/false);
+  ToyLM<float> model(1, /*tie=*/false);
   optim::Hybrid<float, Cpu> opt(model, test_options());
   const std::string table = opt.routing_table();
   std::cout << table;  // the table a training log shows
@@ -100,7 +100,7 @@ TEST_CASE("Hybrid routes by Role: the routing table of a model", "[optim][hybrid
 }
 
 TEST_CASE("Hybrid: a tied head is updated once, listed as an alias", "[optim][hybrid]") {
-  TinyLM<float> model(2, /*tie=*/true);
+  ToyLM<float> model(2, /*tie=*/true);
   optim::Hybrid<float, Cpu> opt(model, test_options());
   const auto& routes = opt.routes();
   const auto embed = std::find_if(routes.begin(), routes.end(), [](const auto& r) { return r.name == "embed"; });
@@ -115,7 +115,7 @@ TEST_CASE("Hybrid: a tied head is updated once, listed as an alias", "[optim][hy
 }
 
 TEST_CASE("Hybrid: an MTP parameter routed to Muon is a hard error naming it", "[optim][hybrid]") {
-  TinyLM<float> model(3);
+  ToyLM<float> model(3);
   optim::HybridOptions o = test_options();
   // a route that sends every 2-D tensor to Muon, as a shape-guessing optimiser would
   o.route = [](const std::string&, Role, const Shape& shape) { return shape.rank() == 2 ? OptimizerKind::muon : OptimizerKind::adamw; };
@@ -139,7 +139,7 @@ TEST_CASE("Hybrid: an MTP parameter routed to Muon is a hard error naming it", "
 TEST_CASE("Hybrid: weight decay 0 on non-2-D tensors, embeddings and norms, shown by a zero-gradient step", "[optim][hybrid]") {
   // With zero gradients AdamW's update is 0 / (0 + eps) = 0, so a parameter changes only by its
   // decay p (1 - lr wd): bitwise unchanged where wd = 0.
-  TinyLM<float> model(4, /*tie=*/false);
+  ToyLM<float> model(4, /*tie=*/false);
   optim::Hybrid<float, Cpu> opt(model, test_options());
   const auto& params = opt.params();
   const auto before = snapshot_values(params);
@@ -161,7 +161,7 @@ TEST_CASE("Hybrid: weight decay 0 on non-2-D tensors, embeddings and norms, show
 }
 
 TEST_CASE("Hybrid step equals its halves built by hand, with the schedule scale applied to both", "[optim][hybrid]") {
-  TinyLM<float> a(5), b(5);
+  ToyLM<float> a(5), b(5);
   optim::Hybrid<float, Cpu> hybrid(a, test_options());
   // the same split by hand on model b
   auto refs = optim::collect_params<float, Cpu>(b);
@@ -196,7 +196,7 @@ TEST_CASE("Hybrid step equals its halves built by hand, with the schedule scale 
 
 TEST_CASE("Hybrid state: save -> new optimiser -> load -> bitwise identical next step, and reset of chosen params",
           "[optim][hybrid][state]") {
-  TinyLM<float> model(6);
+  ToyLM<float> model(6);
   optim::Hybrid<float, Cpu> first(model, test_options());
   for (std::uint64_t s = 0; s < 3; ++s) {
     set_random_grads(first.params(), 800 + s);
@@ -208,7 +208,7 @@ TEST_CASE("Hybrid state: save -> new optimiser -> load -> bitwise identical next
   CHECK(saved.counters.at("step.mtp.proj") == 3);
   CHECK(saved.tensors.size() == 12 + 2 * 11);
 
-  TinyLM<float> copy(6);  // same initial values; then copy the trained values in
+  ToyLM<float> copy(6);  // same initial values; then copy the trained values in
   optim::Hybrid<float, Cpu> second(copy, test_options());
   for (std::size_t i = 0; i < first.params().size(); ++i) {
     optim::ParamRef<float, Cpu> p = second.params()[i];  // a handle: writes reach the model
@@ -243,18 +243,18 @@ TEST_CASE("Hybrid state: save -> new optimiser -> load -> bitwise identical next
 }
 
 TEST_CASE("Hybrid distributed step: world size 2 (in-process fake) equals world size 1 bitwise", "[optim][hybrid][distributed]") {
-  const auto train = [](TinyLM<float>& model, auto& comm) {
+  const auto train = [](ToyLM<float>& model, auto& comm) {
     optim::Hybrid<float, Cpu> opt(model, test_options());
     for (std::uint64_t s = 0; s < 2; ++s) {
       set_random_grads(opt.params(), 1000 + s);
       opt.step(comm);
     }
   };
-  TinyLM<float> single(7);
-  optim::SingleProcessGather one;
+  ToyLM<float> single(7);
+  dist::SingleProcess one;
   train(single, one);
-  TinyLM<float> r0(7), r1(7);
-  optim::InProcessGroup group(2);
+  ToyLM<float> r0(7), r1(7);
+  dist::InProcessGroup group(2);
   std::thread t0([&] {
     auto comm = group.comm(0);
     train(r0, comm);

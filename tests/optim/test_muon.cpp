@@ -223,15 +223,15 @@ TEST_CASE("Distributed Muon: world size 2 (in-process fake) equals world size 1 
     }
   };
   std::vector<Param<float, Cpu>> single;
-  optim::SingleProcessGather one;
+  dist::SingleProcess one;
   train(single, one);
   for (int world : {2, 3}) {
-    optim::InProcessGroup group(world);
+    dist::InProcessGroup group(world);
     std::vector<std::vector<Param<float, Cpu>>> ranks(static_cast<std::size_t>(world));
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
-        optim::InProcessGather comm = group.comm(r);
+        dist::InProcessComm comm = group.comm(r);
         train(ranks[static_cast<std::size_t>(r)], comm);
       });
     for (auto& t : threads) t.join();

@@ -18,8 +18,12 @@ namespace megacpp::testing {
 
 // One block, small enough for a quick CPU check and every letter buildable: attention 4 query
 // heads over 1 kv head of 8; Mamba d_inner 64 in 4 heads of 16, N = 8. max_seq covers the batch.
-inline constexpr Dims kOneBlockDims{.d_model = 32, .n_layers = 1, .n_heads = 4, .n_kv_heads = 1, .vocab = 64,
-                                    .mamba_d_state = 8, .mamba_headdim = 16, .mamba_expand = 2, .max_seq = 128};
+inline constexpr Dims kOneBlockDims{.d_model = 32, .n_layers = 1, .vocab = 64, .max_seq = 128};
+inline constexpr AttentionSizes kOneBlockAttention{.n_heads = 4, .n_kv_heads = 1};
+inline constexpr MambaSizes kOneBlockMamba{.d_state = 8, .headdim = 16, .expand = 2};
+// A one-block model of the recipe's letters with the sizes above: pattern "A" or "M".
+template <class T, FixedString P>
+using OneBlockLM = RecipeLM<T, Cpu, kOneBlockDims, P, kOneBlockAttention, kOneBlockMamba>;
 
 // Output projections start at zero (each block is the identity at init, RECIPE.md), so a masking
 // check on a fresh model would see no mixer at all: give every hidden matrix random weights.

@@ -9,14 +9,14 @@
 #include "metrics.hpp"
 #include "models.hpp"
 #include "run_checkpoint.hpp"
-#include "megacpp/nn/model/curriculum.hpp"
+#include "megacpp/train/curriculum.hpp"
 #include "megacpp/optim.hpp"
 
 using namespace megacpp;
 using namespace megacpp::examples;
 using megacpp::testing::TempDir;
 using Tiny = TinyModel;
-using TinyDense = RecipeLM<float, Cpu, kTinyDims, "A">;
+using TinyDense = RecipeLM<float, Cpu, kTinyDims, "A", kTinyAttention, kTinyMamba>;
 
 namespace {
 std::vector<float> all_weights(Tiny& m) {
@@ -53,7 +53,7 @@ TEST_CASE("model and optimizer checkpoints round-trip bitwise and the next step 
   Tiny model(1);
   optim::Hybrid<float, Cpu> opt(model);
   train_step(model, opt, 7);
-  const std::string id = io::model_type_id<Tiny>();
+  const std::string id = Tiny::type_id();
   io::save_model(dir / "m.safetensors", model, id);
   io::save_optimizer(dir / "o.safetensors", opt);
 
@@ -71,19 +71,19 @@ TEST_CASE("model and optimizer checkpoints round-trip bitwise and the next step 
 TEST_CASE("a checkpoint of another model type is refused before anything changes", "[checkpoint]") {
   TempDir dir;
   TinyDense dense(1);
-  io::save_model(dir / "dense.safetensors", dense, io::model_type_id<TinyDense>());
+  io::save_model(dir / "dense.safetensors", dense, TinyDense::type_id());
   Tiny model(2);
   const auto before = all_weights(model);
-  CHECK_THROWS_WITH(io::load_model(dir / "dense.safetensors", model, io::model_type_id<Tiny>()),
+  CHECK_THROWS_WITH(io::load_model(dir / "dense.safetensors", model, Tiny::type_id()),
                     Catch::Contains("different model type") && Catch::Contains("\"A\"") && Catch::Contains("\"AAM\""));
   CHECK(all_weights(model) == before);
-  CHECK(io::model_type_id<Tiny>() != io::model_type_id<TinyDense>());
+  CHECK(Tiny::type_id() != TinyDense::type_id());
 }
 
 TEST_CASE("a model file with a missing, extra or misshapen tensor names it", "[checkpoint]") {
   TempDir dir;
   Tiny model(3);
-  const std::string id = io::model_type_id<Tiny>();
+  const std::string id = Tiny::type_id();
   const auto before = all_weights(model);
   auto write_variant = [&](const fs::path& path, const std::string& skip, const std::string& extra, bool bad_shape) {
     io::SafetensorsWriter w;
@@ -129,7 +129,7 @@ TEST_CASE("run checkpoints: latest names the newest complete one and old ones ar
   optim::Hybrid<float, Cpu> opt(model);
   TrainingState s;
   s.model = "tiny";
-  s.model_type = io::model_type_id<Tiny>();
+  s.model_type = Tiny::type_id();
   s.rng_state = 0xFFFFFFFFFFFFFFF1ull;  // above 2^53: must survive JSON exactly
   s.train_position = {0, 12345, 2};
   s.options = {{"lr_matrix", 0.02}};
@@ -168,13 +168,13 @@ TEST_CASE("curriculum: accumulation keeps the global batch and rope_theta reache
 
   Tiny model(6);
   const auto before = std::get<0>(model.blocks).mixer.inv_freq.to_host();
-  CHECK(set_rope_theta(model, 5e5) == 2);  // "AAM": two attention layers
+  CHECK(model.set_rope_theta(5e5) == 2);  // "AAM": two attention layers
   const auto after = std::get<0>(model.blocks).mixer.inv_freq.to_host();
   CHECK(std::get<1>(model.blocks).mixer.config.rope_theta == 5e5);
   REQUIRE(after.size() == before.size());
   CHECK(after[0] == before[0]);  // theta^0
   // inv_freq_i = theta^(-2i/D): the last frequency moves from 1e4^(-(D-2)/D) to 5e5^(-(D-2)/D)
-  const double D = static_cast<double>(kTinyDims.attention_head_dim());
+  const double D = static_cast<double>(kTinyAttention.head_dim_for(kTinyDims.d_model));
   CHECK(after.back() == Approx(std::pow(5e5, -(D - 2) / D)).epsilon(1e-5));
 }
 

@@ -148,7 +148,7 @@ TEST_CASE("trainer: SIGKILL at random points never leaves a checkpoint that load
     TinyModel model(0);
     optim::HybridOptions ho;
     optim::Hybrid<float, Cpu> opt(model, ho);
-    REQUIRE_NOTHROW(load_checkpoint(dir, model, opt, io::model_type_id<TinyModel>()));
+    REQUIRE_NOTHROW(load_checkpoint(dir, model, opt, TinyModel::type_id()));
     CHECK(s.step >= 1);
     ++loaded;
   }

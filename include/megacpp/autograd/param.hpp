@@ -1,20 +1,13 @@
 /// \file
-/// megacpp/nn/param.hpp: a trainable parameter with its Role, and the naming/visiting convention.
+/// megacpp/autograd/param.hpp: a trainable parameter with its Role.
 ///
 /// Every parameter carries a Role, and optimizers route by role, never by guessing from shapes
-/// (RECIPE.md "Optimizers": Muon for 2-D hidden matrices; AdamW for embeddings, the head, 1-D
-/// tensors, biases, norm gains and every MTP parameter).
-///
-/// Layers are structs whose parameters are visited by
-///
-///     template <class Visitor> void for_each_param(Visitor&& visit, const std::string& prefix = "");
-///
-/// calling visit(name, param) with stable dotted names ("blocks.3.attn.wq"), the names used by
-/// checkpoints and optimizer routing. `child_name(prefix, "wq")` joins the parts.
+/// (docs/systems/muon.md: Muon for 2-D hidden matrices; AdamW for embeddings, the head, 1-D
+/// tensors, biases, norm gains and every MTP parameter). Param and Role live below the layers so
+/// that optimizers, checkpoints and plasticity depend on nothing above autograd; how layers name
+/// and visit their parameters is megacpp/autograd/module.hpp.
 #pragma once
 
-#include <concepts>
-#include <string>
 #include <string_view>
 
 #include "megacpp/autograd/var.hpp"
@@ -74,17 +67,6 @@ struct Param {
   const Tensor<T, B>& value() const { return var.value(); }
   /// The accumulated gradient (undefined before the first backward).
   const Tensor<T, B>& grad() const { return var.grad(); }
-};
-
-/// "blocks.3" + "attn" -> "blocks.3.attn"; an empty prefix yields the name alone.
-inline std::string child_name(const std::string& prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
-}
-
-/// A layer: visits its parameters with dotted names.
-template <class M, class T, class B>
-concept Module = requires(M& m) {
-  m.for_each_param([](const std::string&, Param<T, B>&) {}, std::string());
 };
 
 }  // namespace megacpp

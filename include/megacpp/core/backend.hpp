@@ -87,9 +87,12 @@ struct NoOpUpdate {
   MEGACPP_HD void operator()(T&, T&, T&, T) const {}
 };
 
-/// The kernel contract: a backend is a tag type whose static member functions provide memory,
-/// batched GEMM, elementwise map/reduce over functors and the fused row kernels, with the
-/// conventions of this file. `Cpu` (megacpp/backends/cpu.hpp) is the reference implementation.
+/// The kernel contract every backend meets: a backend is a tag type whose static member functions
+/// provide memory, batched GEMM, elementwise map/reduce over functors and the row kernels
+/// autograd's generic ops are written on, with the conventions of this file. A layer's fused
+/// kernels (attention, SSM scan, ...) are separate contracts a backend implements by
+/// specialisation (megacpp/core/kernels/). `Cpu` (megacpp/backends/cpu.hpp) is the reference
+/// implementation.
 // clang-format off
 template <class B>
 concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, std::size_t n,
@@ -128,7 +131,6 @@ concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, s
   B::template rope<float>(i, i, i, idx, cp, 1, cp, s, p);
   B::template cross_entropy<float>(i, i, cp, idx, cp, p, p);
   B::template cross_entropy_backward<float>(i, i, cp, cp, idx, cp, s, p);
-  B::template softcap_cross_entropy<float>(i, i, s, p, idx, cp, s, p, p, p);
 };
 // clang-format on
 

@@ -2,8 +2,8 @@
 //
 // A model file holds one tensor per parameter under the model's dotted parameter names
 // (for_each_param: "embedding.weight", "blocks.2.mixer.in_proj.weight", ...), tied weights once,
-// and the model's type in the metadata ("megacpp.model", model_type_id) so a checkpoint of another
-// model type is refused before any tensor is read. An optimizer file holds every state tensor
+// and the model's type in the metadata ("megacpp.model", e.g. LM::type_id()) so a checkpoint of
+// another model type is refused before any tensor is read. An optimizer file holds every state tensor
 // under its state name ("exp_avg.<param>", "momentum_buffer.<param>") and the integer step
 // counters as metadata strings ("counter.<name>"): safetensors has no scalar type, and a counter
 // must round-trip exactly. Loading validates everything (names, dtypes, shapes; nothing missing,
@@ -15,28 +15,14 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "megacpp/io/safetensors.hpp"
-#include "megacpp/nn/param.hpp"
+#include "megacpp/autograd/param.hpp"
 
 namespace megacpp::io {
-
-/// A string naming a model's type: element type, pattern and every size. Two models with the
-/// same id have the same parameter names and shapes.
-template <class Model>
-std::string model_type_id() {
-  constexpr auto d = Model::dims;
-  std::ostringstream os;
-  os << dtype_name<typename Model::value_type>() << " LM \"" << Model::pattern() << "\" d_model " << d.d_model
-     << " layers " << d.n_layers << " heads " << d.n_heads << "/" << d.kv_heads() << " head_dim "
-     << d.attention_head_dim() << " mlp " << d.mlp_width() << " vocab " << d.vocab << " mamba N" << d.mamba_d_state
-     << " P" << d.mamba_headdim << " x" << d.mamba_expand;
-  return os.str();
-}
 
 /// Metadata key of the model type in a model file.
 inline constexpr const char* kModelTypeKey = "megacpp.model";

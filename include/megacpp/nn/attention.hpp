@@ -1,13 +1,13 @@
-// megacpp/nn/attention.hpp: the attention layer, its fused op, the dense reference, and the CPU
-// backend's fused kernel (the CPU backend is always part of megacpp::megacpp; a CUDA build adds
-// its own FusedAttention<Cuda> specialisation).
+// megacpp/nn/attention.hpp: the attention layer (GQA with policies, decode cache, YaRN), its fused
+// op and the dense reference. The kernel is reached through its contract
+// (megacpp/core/kernels/attention.hpp); include a backend (<megacpp/backends/cpu.hpp>) to run it.
 #pragma once
 
-#include "megacpp/backends/cpu/attention.hpp"  // first: includes the CPU backend (Eigen behind its guard)
+#include "megacpp/core/kernels/attention.hpp"
+#include "megacpp/core/kernels/attention_tiling.hpp"
 #include "megacpp/nn/attention/attention.hpp"
+#include "megacpp/nn/attention/decode.hpp"
 #include "megacpp/nn/attention/dense_reference.hpp"
 #include "megacpp/nn/attention/flash_attention.hpp"
-#include "megacpp/nn/attention/kernel.hpp"
 #include "megacpp/nn/attention/policies.hpp"
-#include "megacpp/nn/attention/tiling.hpp"
 #include "megacpp/nn/attention/yarn.hpp"

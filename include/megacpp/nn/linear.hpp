@@ -9,7 +9,7 @@
 
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/matmul.hpp"
-#include "megacpp/nn/param.hpp"
+#include "megacpp/autograd/module.hpp"
 
 namespace megacpp {
 

@@ -9,9 +9,9 @@
 //   dzc = mask_r (softmax(zc_r) - onehot(t_r)) / count,  dz = dzc (1 - (zc / cap)^2),
 //   dh_chunk = dz W,  dW += dz^T h_chunk,
 // and the backward scales them by the upstream gradient. The softcap, the loss and dz of a chunk
-// come from one row kernel (Backend::softcap_cross_entropy) that overwrites the chunk's logits
-// with dz while each row is in cache. Peak extra memory: one (chunk, V) buffer plus dh (N, d)
-// and dW (V, d).
+// come from one row kernel (the SoftcapCrossEntropy contract, megacpp/core/kernels/cross_entropy.hpp)
+// that overwrites the chunk's logits with dz while each row is in cache. Peak extra memory: one
+// (chunk, V) buffer plus dh (N, d) and dW (V, d).
 #pragma once
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "megacpp/autograd/function.hpp"
 #include "megacpp/autograd/ops/cross_entropy.hpp"
 #include "megacpp/core/functors.hpp"
+#include "megacpp/core/kernels/cross_entropy.hpp"
 
 namespace megacpp {
 
@@ -68,9 +69,11 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
     // z = h_chunk W^T: (n, d) x (d, V)
     B::template gemm<T>(GemmArgs::dense(false, true, n, vocab, d), T(1), H + r0 * d, W, T(0), logits.data());
     // zc = softcap(z), the rows' losses and, for the backward, dz = dzc (1 - (zc / cap)^2) in place
-    B::template softcap_cross_entropy<T>(n, vocab, static_cast<T>(opt.softcap), logits.data(), targets.data() + r0,
-                                         mask ? mask->data() + r0 : nullptr, T(1) / count, losses.data() + r0,
-                                         lse.data() + r0, want_grad ? logits.data() : nullptr);
+    // (the scale is formed in T, as the kernel uses it: exact through double)
+    kernels::SoftcapCrossEntropy<B>::template forward<T>(
+        {n, vocab, opt.softcap, static_cast<double>(T(1) / count)},
+        {logits.data(), targets.data() + r0, mask ? mask->data() + r0 : nullptr, losses.data() + r0, lse.data() + r0,
+         want_grad ? logits.data() : nullptr});
     if (!want_grad) continue;
     if (dh.defined()) {  // dh_chunk = dz W: (n, V) x (V, d)
       B::template gemm<T>(GemmArgs::dense(false, false, n, d, vocab), T(1), logits.data(), W, T(0), dh.data() + r0 * d);

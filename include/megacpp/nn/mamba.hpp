@@ -6,18 +6,15 @@
 // operands), chunked_scan (training, fused op with hand-written backward) and sequential_scan
 // (the literal recurrence: reference and decoding), rotary (Mamba-3 angles), conv1d (Mamba-2's
 // doc-aware short conv), config (dimensions and policies), mamba3, mamba2, decode (caches).
-// The CPU kernels (megacpp/backends/cpu/ssm_scan.hpp, ssm_rotary.hpp, conv1d.hpp) are included
-// first so the layers find them for megacpp::Cpu.
+// The kernels are reached through their contracts (megacpp/core/kernels/ssm_scan.hpp,
+// ssm_rotary.hpp, causal_conv1d.hpp); include a backend (<megacpp/backends/cpu.hpp>) to run them.
 #pragma once
-
-#include "megacpp/backends/cpu/ssm_scan.hpp"
 
 #include "megacpp/nn/mamba/chunked_scan.hpp"
 #include "megacpp/nn/mamba/config.hpp"
 #include "megacpp/nn/mamba/conv1d.hpp"
 #include "megacpp/nn/mamba/decode.hpp"
 #include "megacpp/nn/mamba/elementwise.hpp"
-#include "megacpp/nn/mamba/kernels.hpp"
 #include "megacpp/nn/mamba/mamba2.hpp"
 #include "megacpp/nn/mamba/mamba3.hpp"
 #include "megacpp/nn/mamba/rotary.hpp"

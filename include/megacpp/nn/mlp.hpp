@@ -1,6 +1,6 @@
 // megacpp/nn/mlp.hpp: the feed-forward block, W2 act(W1 x), activation as a policy.
 //
-// Default (RECIPE.md "Architecture floor", modded-nanogpt): hidden = 4 d, act = relu(.)^2
+// Default (modded-nanogpt, KellerJordan/modded-nanogpt): hidden = 4 d, act = relu(.)^2
 // (So et al., "Primer", 2021), output projection zero-initialised.
 #pragma once
 
@@ -27,6 +27,9 @@ struct SiLU {
 /// Feed-forward network: x (..., d) -> proj(Act(fc(x))) (..., d).
 template <class T, Backend B, class Act = ReLU2>
 struct MLP {
+  using value_type = T;    ///< element type
+  using backend_type = B;  ///< backend
+
   Linear<T, B> fc;    ///< (hidden, d)
   Linear<T, B> proj;  ///< (d, hidden), zero-initialised
 

@@ -105,10 +105,10 @@ class Hybrid {
     muon_.step();
     adamw_.step();
   }
-  /// One update with Muon's Newton-Schulz work shared over `comm` (distributed.hpp); AdamW is
+  /// One update with Muon's Newton-Schulz work shared over `comm` (megacpp/dist/comm.hpp); AdamW is
   /// elementwise and runs on every rank.
   template <class Comm>
-    requires GatherComm<Comm, T, B>
+    requires dist::GatherComm<Comm, T, B>
   void step(Comm& comm) {
     muon_.step(comm);
     adamw_.step();

@@ -12,7 +12,7 @@
 // since AdamW owns embeddings, heads, norms, biases, scalars and routers.
 //
 // Distributed: step(comm) shards the Newton-Schulz work round-robin over comm's ranks and
-// all-gathers the updates (distributed.hpp). Momentum buffers are updated for every parameter on
+// all-gathers the updates (shard_plan.hpp, over a dist/comm.hpp communicator). Momentum buffers are updated for every parameter on
 // every rank (an elementwise pass, cheap beside NS), so every rank holds the full state: any rank's
 // checkpoint is complete, and a run can resume at another world size.
 //
@@ -26,8 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "megacpp/optim/distributed.hpp"
+#include "megacpp/dist/comm.hpp"
 #include "megacpp/optim/functors.hpp"
+#include "megacpp/optim/shard_plan.hpp"
 #include "megacpp/optim/muon_scale.hpp"
 #include "megacpp/optim/newton_schulz.hpp"
 #include "megacpp/optim/param_group.hpp"
@@ -95,7 +96,7 @@ class Muon {
 
   /// One update on this process alone (world size 1).
   void step() {
-    SingleProcessGather single;
+    dist::SingleProcess single;
     step(single);
   }
 
@@ -103,7 +104,7 @@ class Muon {
   /// the same parameters and gradients; the result is bitwise the same as step()). Parameters
   /// without a gradient are skipped (their momentum is not decayed).
   template <class Comm>
-    requires GatherComm<Comm, T, B>
+    requires dist::GatherComm<Comm, T, B>
   void step(Comm& comm) {
     const int world = comm.size(), rank = comm.rank();
     check(world >= 1 && rank >= 0 && rank < world, "Muon::step", "communicator has rank ", rank, " of ", world);

@@ -2,7 +2,7 @@
 //
 // An optimiser never owns parameters: it holds ParamRefs, handles on the same Var state as the
 // model's Param (a Var is a shared handle), so updates written through a ParamRef are what the
-// model sees. Names are the dotted names of for_each_param (megacpp/nn/param.hpp); optimiser
+// model sees. Names are the dotted names of for_each_param (megacpp/autograd/module.hpp); optimiser
 // state is keyed by them ("exp_avg.blocks.0.attn.wq").
 //
 // Tied weights (an embedding visited again as the LM head) appear once: collect_params keeps the
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "megacpp/nn/param.hpp"
+#include "megacpp/autograd/module.hpp"
 
 namespace megacpp::optim {
 
@@ -44,7 +44,7 @@ ParamRef<T, B> make_param_ref(std::string name, const Param<T, B>& p) {
   return ParamRef<T, B>{std::move(name), p.var, p.role, {}};
 }
 
-/// Every parameter of `model` (anything with for_each_param, megacpp/nn/param.hpp) in visiting
+/// Every parameter of `model` (any Module: megacpp/autograd/module.hpp) in visiting
 /// order; a Var visited twice (tied weights) is kept once, under its first name, with the later
 /// names as aliases. Throws when an alias's Role differs from the first name's Role, since the
 /// optimiser split could not honour both.

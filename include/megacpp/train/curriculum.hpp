@@ -1,14 +1,15 @@
-// megacpp/nn/model/curriculum.hpp: context-length curriculum phases (RECIPE.md "Curriculum").
+// megacpp/train/curriculum.hpp: context-length curriculum phases (docs/systems/curriculum.md), a
+// training policy: it lives above the layers and reaches them only through LM's methods.
 //
 //   phase 1 syntax  4K context, rope_theta 10,000
 //   phase 2 file   16K context, rope_theta 500,000
 //   phase 3 repo   64K context, rope_theta 1,000,000
 // A phase fixes seq_len, rope_theta and the micro-batch; the global batch in tokens stays
-// constant (RECIPE.md "Optimizers": "micro-batch shrinks and gradient accumulation grows as
-// context grows"), so the gradient-accumulation count is recomputed from it, and a global batch
-// it does not divide is an error rather than a silently different batch. Entering a phase
-// re-derives every attention layer's RoPE table from the new theta (set_rope_theta); weights
-// are unchanged, so a run can switch phase when it resumes from a checkpoint.
+// constant (the micro-batch shrinks and gradient accumulation grows as context grows), so the
+// gradient-accumulation count is recomputed from it, and a global batch it does not divide is an
+// error rather than a silently different batch. Entering a phase re-derives every attention
+// layer's RoPE table from the new theta (enter_phase -> LM::set_rope_theta); weights are
+// unchanged, so a run can switch phase when it resumes from a checkpoint.
 #pragma once
 
 #include <array>
@@ -16,14 +17,14 @@
 #include <string>
 #include <string_view>
 
+#include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
-#include "megacpp/nn/attention/yarn.hpp"
 
 namespace megacpp {
 
 /// One phase of the context curriculum.
 struct CurriculumPhase {
-  int number = 1;            ///< 1, 2, 3 (RECIPE.md numbering)
+  int number = 1;            ///< 1, 2, 3
   std::string_view name;     ///< "syntax", "file", "repo"
   index_t seq_len = 4096;    ///< context length of the phase at full scale
   double rope_theta = 1e4;   ///< RoPE base of the phase
@@ -54,24 +55,11 @@ inline index_t gradient_accumulation(index_t total_batch_tokens, index_t micro_b
   return total_batch_tokens / per_micro_step;
 }
 
-/// Sets rope_theta of every attention layer of `model` (blocks whose mixer has a RoPE table)
-/// and rebuilds its frequency table (YaRN settings kept). Returns how many layers changed.
+/// Applies what entering `phase` changes in `model`: the RoPE base of every layer with rotary
+/// positions (Model::set_rope_theta). Returns how many layers changed.
 template <class Model>
-int set_rope_theta(Model& model, double theta) {
-  check(theta > 0, "set_rope_theta", "rope_theta must be positive, got ", theta);
-  int changed = 0;
-  model.for_each_block([&](std::size_t, auto& block) {
-    auto& mixer = block.mixer;
-    if constexpr (requires { mixer.config.rope_theta; mixer.inv_freq; }) {
-      if (!mixer.config.rope) return;
-      using T = typename std::decay_t<decltype(mixer)>::value_type;
-      using B = typename std::decay_t<decltype(mixer)>::backend_type;
-      mixer.config.rope_theta = theta;
-      mixer.inv_freq = rope_frequencies<T, B>(mixer.config.head_dim, theta, mixer.config.yarn);
-      ++changed;
-    }
-  });
-  return changed;
+int enter_phase(Model& model, const CurriculumPhase& phase) {
+  return model.set_rope_theta(phase.rope_theta);
 }
 
 }  // namespace megacpp

@@ -1,8 +1,9 @@
-// megacpp/nn/attention/tiling.hpp: which (query tile, key tile) pairs a document-masked attention
-// kernel computes.
+/// \file
+/// megacpp/core/kernels/attention_tiling.hpp: which (query tile, key tile) pairs a
+/// document-masked attention kernel computes; part of the FusedAttention contract.
 //
-// Masking rule (RECIPE.md "Document masking", seed 001): query i sees key j iff both lie in the
-// same document, j <= i (causal) and, with a sliding window of W tokens, i - j < W.
+// Masking rule (docs/systems/masking.md): query i sees key j iff both lie in the same document,
+// j <= i (causal) and, with a sliding window of W tokens, i - j < W.
 //
 // Tiles are per document (varlen, as FlashAttention's cu_seqlens): inside a document of `len`
 // tokens, query tile q covers tokens [q * tile_q, min((q + 1) * tile_q, len)) and key tile k covers
@@ -13,12 +14,12 @@
 // every pair in it is visible (no element mask needed). Cost is then the sum over documents of
 // ~len^2 / 2 (or len * W with a window) plus a tile_q-wide band along the diagonal, never seq^2.
 //
-// Pure integer logic shared by every backend's kernel and by the tests (tests/attention check the
-// property "every visible pair is computed exactly once, no computed tile is fully masked", and
-// that the kernel computes exactly the planned score elements).
+// Pure integer logic shared by every backend's kernel, the dense reference, decoding and the tests
+// (tests/attention check the property "every visible pair is computed exactly once, no computed
+// tile is fully masked", and that the kernel computes exactly the planned score elements).
+// MEGACPP_HD: a CUDA kernel plans its tiles with the same functions (no std::min/max, which are
+// host-only without nvcc's --expt-relaxed-constexpr).
 #pragma once
-
-#include <algorithm>
 
 #include "megacpp/core/config.hpp"
 
@@ -26,7 +27,7 @@ namespace megacpp::attention {
 
 /// True when query position i sees key position j (both relative to one document's start):
 /// causal, and inside the sliding window when `window` > 0.
-constexpr bool visible(index_t i, index_t j, index_t window) {
+MEGACPP_HD constexpr bool visible(index_t i, index_t j, index_t window) {
   return j <= i && (window <= 0 || i - j < window);
 }
 
@@ -37,31 +38,31 @@ struct TileRange {
 };
 
 /// Number of tiles of `tile` tokens covering a document of `len` tokens.
-constexpr index_t tile_count(index_t len, index_t tile) { return (len + tile - 1) / tile; }
+MEGACPP_HD constexpr index_t tile_count(index_t len, index_t tile) { return (len + tile - 1) / tile; }
 
 /// Key tiles (of `tile_k` keys) holding a key visible from some query of [qs, qe).
 ///   causal: j <= qe - 1;  window: j >= qs - W + 1.
-constexpr TileRange key_tiles_for_queries(index_t qs, index_t qe, index_t tile_k, index_t window) {
-  const index_t lowest_key = window > 0 ? std::max<index_t>(0, qs - window + 1) : 0;
+MEGACPP_HD constexpr TileRange key_tiles_for_queries(index_t qs, index_t qe, index_t tile_k, index_t window) {
+  const index_t lowest_key = window > 0 && qs - window + 1 > 0 ? qs - window + 1 : 0;
   return {lowest_key / tile_k, (qe - 1) / tile_k + 1};
 }
 
 /// Query tiles (of `tile_q` queries, document of `len` tokens) holding a query that sees some key
 /// of [ks, ke).  causal: i >= ks;  window: i <= ke - 2 + W.
-constexpr TileRange query_tiles_for_keys(index_t ks, index_t ke, index_t len, index_t tile_q, index_t window) {
-  const index_t highest_query = window > 0 ? std::min(len - 1, ke - 2 + window) : len - 1;
+MEGACPP_HD constexpr TileRange query_tiles_for_keys(index_t ks, index_t ke, index_t len, index_t tile_q, index_t window) {
+  const index_t highest_query = window > 0 && ke - 2 + window < len - 1 ? ke - 2 + window : len - 1;
   return {ks / tile_q, highest_query / tile_q + 1};
 }
 
 /// The keys of key tile [ks, ke) a kernel must compute for query tile [qs, qe): the tile trimmed to
 /// [max(ks, qs - W + 1), min(ke, qe)), dropping columns no query of the tile sees. The diagonal
 /// tile then wastes only the triangle above the diagonal, whatever the key tile size.
-constexpr TileRange computed_keys(index_t qs, index_t qe, index_t ks, index_t ke, index_t window) {
-  return {window > 0 ? std::max(ks, qs - window + 1) : ks, std::min(ke, qe)};
+MEGACPP_HD constexpr TileRange computed_keys(index_t qs, index_t qe, index_t ks, index_t ke, index_t window) {
+  return {window > 0 && qs - window + 1 > ks ? qs - window + 1 : ks, ke < qe ? ke : qe};
 }
 
 /// True when every (i, j) with i in [qs, qe), j in [ks, ke) is visible: the tile needs no mask.
-constexpr bool tile_is_full(index_t qs, index_t qe, index_t ks, index_t ke, index_t window) {
+MEGACPP_HD constexpr bool tile_is_full(index_t qs, index_t qe, index_t ks, index_t ke, index_t window) {
   return ke - 1 <= qs && (window <= 0 || (qe - 1) - ks < window);
 }
 

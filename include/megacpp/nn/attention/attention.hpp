@@ -5,7 +5,7 @@
 //   q, k = rope(q, pos), rope(k, pos)               pos restarts at every document by default
 //   o = attention(q, k, v)                           GQA: head h reads kv head h / (H / Hkv);
 //                                                    scores softcapped, masked to own document,
-//                                                    causal, sliding window (nn/attention/kernel.hpp)
+//                                                    causal, sliding window (core/kernels/attention.hpp)
 //   y = o Wo^T (B, T, d_model),  Wo zero-initialised (the block starts as the identity)
 // RECIPE.md "Architecture floor": n_kv_heads = n_heads / 4, softcap 50, no QK-norm, pre-norm
 // blocks; "Document masking": doc_ids and positions come from DocumentLayout (computed once per
@@ -31,7 +31,7 @@
 #include "megacpp/nn/attention/policies.hpp"
 #include "megacpp/nn/attention/yarn.hpp"
 #include "megacpp/nn/block.hpp"
-#include "megacpp/nn/documents.hpp"
+#include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/mlp.hpp"
 
@@ -48,6 +48,7 @@ struct AttentionConfig {
   Yarn yarn{};                 ///< YaRN context extension (factor 1: off)
   index_t window = 0;          ///< sliding window in tokens (0: whole document)
   index_t max_seq = 65536;     ///< longest sequence forward accepts
+  AttentionTiles tiles{};      ///< fused kernel tiling hints (0: the backend's defaults)
 };
 
 /// Grouped-query attention with document masking, policies for softcap, scale and QK-norm
@@ -106,11 +107,33 @@ struct Attention {
     return cfg;
   }
 
+  /// True when the layer rotates q and k (config.rope).
+  bool uses_rope() const { return config.rope; }
+
+  /// Sets the RoPE base (the context curriculum raises it between phases, megacpp/train/
+  /// curriculum.hpp) and rebuilds the frequency table, YaRN settings kept; weights are unchanged.
+  void set_rope_theta(double theta) {
+    check(config.rope, "Attention::set_rope_theta", "this layer has no RoPE (config.rope = false)");
+    check(theta > 0 && std::isfinite(theta), "Attention::set_rope_theta", "rope_theta must be positive, got ", theta);
+    config.rope_theta = theta;
+    inv_freq = rope_frequencies<T, B>(config.head_dim, theta, config.yarn);
+  }
+
+  /// Sets the YaRN extension (factor 1: off) and rebuilds the frequency table; the score scale
+  /// picks up the new attention factor (options()).
+  void set_yarn(const Yarn& yarn) {
+    check(config.rope, "Attention::set_yarn", "this layer has no RoPE (config.rope = false)");
+    yarn.validate("Attention::set_yarn");
+    config.yarn = yarn;
+    inv_freq = rope_frequencies<T, B>(config.head_dim, config.rope_theta, yarn);
+  }
+
   /// Score options the kernel gets: scale (times YaRN's attention factor squared, since it
   /// multiplies both q and k), softcap and window.
   AttentionOptions options() const {
     const double yarn_factor = config.rope ? config.yarn.attention_factor() : 1.0;
-    return {ScalePolicy::scale(config.head_dim) * yarn_factor * yarn_factor, SoftcapPolicy::cap, config.window};
+    return {ScalePolicy::scale(config.head_dim) * yarn_factor * yarn_factor, SoftcapPolicy::cap, config.window,
+            config.tiles};
   }
 
   /// x (batch, seq, d_model) -> (batch, seq, d_model), with the fused kernel.

@@ -14,7 +14,7 @@
 // matches DocumentLayout numbering tokens before a row's first BOS from 0 as document 0.
 //
 // One step for query token i (document position i), per head h reading kv head h / (H / Hkv)
-// (nn/attention/kernel.hpp's score rule, the same order of operations as the dense reference):
+// (the FusedAttention contract's score rule, core/kernels/attention.hpp, the same order of operations as the dense reference):
 //   s_j = scale * q . k_j                 for the visible keys j: j <= i, and i - j < window (window > 0)
 //   s_j = cap * tanh(s_j / cap)           when cap > 0 (Gemma 2)
 //   p_j = softmax(s)_j;   o = sum_j p_j v_j
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "megacpp/core/tensor.hpp"
-#include "megacpp/nn/attention/kernel.hpp"
+#include "megacpp/core/kernels/attention.hpp"
 #include "megacpp/nn/host_view.hpp"
 
 namespace megacpp {

@@ -23,8 +23,8 @@
 #include "megacpp/autograd/ops/matmul.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
 #include "megacpp/autograd/ops/softmax.hpp"
-#include "megacpp/nn/attention/kernel.hpp"
-#include "megacpp/nn/attention/tiling.hpp"
+#include "megacpp/core/kernels/attention.hpp"
+#include "megacpp/core/kernels/attention_tiling.hpp"
 
 namespace megacpp {
 
@@ -57,7 +57,7 @@ Tensor<T, B> dense_attention_mask(const DocumentLayout<B>& docs, index_t b, inde
 template <class T, Backend B>
 Var<T, B> dense_attention(const Var<T, B>& q, const Var<T, B>& k, const Var<T, B>& v, const DocumentLayout<B>& docs,
                           const AttentionOptions& options = {}, DenseAttentionScores<T, B>* return_scores = nullptr) {
-  const AttentionParams p = detail::attention_params("dense_attention", q.shape(), k.shape(), v.shape(), docs, options);
+  const kernels::AttentionParams p = kernels::attention_params("dense_attention", q.shape(), k.shape(), v.shape(), docs, options);
   const index_t seq = p.seq, H = p.heads, Hkv = p.kv_heads, D = p.head_dim, g = p.group();
   if (return_scores) {
     return_scores->scores = Tensor<T, B>(Shape{p.batch, H, seq, seq});

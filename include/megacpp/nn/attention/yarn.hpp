@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -42,6 +43,15 @@ struct Yarn {
     check(beta_slow > 0 && beta_fast > beta_slow, op, "YaRN needs beta_fast > beta_slow > 0, got beta_fast ", beta_fast,
           ", beta_slow ", beta_slow);
   }
+};
+
+/// A mixer with rotary positions whose base and YaRN extension can change between phases
+/// (Attention does); LM::set_rope_theta and LM::set_yarn reach every such layer.
+template <class M>
+concept RotaryMixer = requires(M& m, const M& cm, double theta, const Yarn& yarn) {
+  { cm.uses_rope() } -> std::convertible_to<bool>;
+  m.set_rope_theta(theta);
+  m.set_yarn(yarn);
 };
 
 /// inv_freq (head_dim / 2) for RoPE at base `theta`, extended by YaRN when `yarn.enabled()`.

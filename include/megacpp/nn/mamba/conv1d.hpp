@@ -3,22 +3,18 @@
 //   y[b, t, c] = bias[c] + sum_{j < K} w[c, j] x[b, t - (K - 1) + j, c]
 // where a tap reaching a token of another document (or before the row) reads zero (seed 001;
 // Dao-AILab/causal-conv1d's `seq_idx` rule). One graph node with a hand-written backward; the
-// kernel is megacpp/backends/cpu/conv1d.hpp.
+// kernel contract is megacpp/core/kernels/causal_conv1d.hpp.
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
-#include "megacpp/nn/documents.hpp"
-#include "megacpp/nn/mamba/kernels.hpp"
+#include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/kernels/causal_conv1d.hpp"
 
 namespace megacpp {
-
-/// Largest conv1d kernel width the kernels accept (Mamba-2 uses 4).
-inline constexpr index_t kMaxConv1dWidth = 16;
 
 /// x (batch, seq, channels), weight (channels, width), bias (channels) or undefined -> (batch, seq, channels).
 template <class T, Backend B>
 Var<T, B> causal_conv1d(const Var<T, B>& x, const Var<T, B>& weight, const Var<T, B>& bias, const DocumentLayout<B>& docs) {
-  detail::require_ssm_kernels<B>();
   check(x.rank() == 3 && weight.rank() == 2, "causal_conv1d", "x must be (batch, seq, channels) and weight (channels, width), got ",
         x.shape(), " and ", weight.shape());
   const index_t batch = x.shape()[0], seq = x.shape()[1], channels = x.shape()[2], width = weight.shape()[1];
@@ -28,14 +24,15 @@ Var<T, B> causal_conv1d(const Var<T, B>& x, const Var<T, B>& weight, const Var<T
   check(docs.batch == batch && docs.seq == seq, "causal_conv1d", "document layout (", docs.batch, ", ", docs.seq,
         ") does not match (batch, seq) = (", batch, ", ", seq, ")");
   Tensor<T, B> y(x.shape());
-  ssm_causal_conv1d_forward<T>(B{}, batch, seq, channels, width, docs.doc_ids.data(), x.value().data(),
-                               weight.value().data(), bias.defined() ? bias.value().data() : nullptr, y.data());
-  const Tensor<std::int32_t, B> doc_ids = docs.doc_ids;
-  auto backward = [x, weight, bias, doc_ids, batch, seq, channels, width](const Tensor<T, B>& g) mutable {
-    ssm_causal_conv1d_backward<T>(B{}, batch, seq, channels, width, doc_ids.data(), x.value().data(),
-                                  weight.value().data(), g.data(), x.requires_grad() ? x.grad_buffer().data() : nullptr,
-                                  weight.requires_grad() ? weight.grad_buffer().data() : nullptr,
-                                  bias.defined() && bias.requires_grad() ? bias.grad_buffer().data() : nullptr);
+  const kernels::Conv1dParams p{batch, seq, channels, width};
+  kernels::CausalConv1d<B>::template forward<T>(
+      p, docs, {x.value().data(), weight.value().data(), bias.defined() ? bias.value().data() : nullptr, y.data()});
+  auto backward = [x, weight, bias, docs, p](const Tensor<T, B>& g) mutable {
+    kernels::CausalConv1d<B>::template backward<T>(
+        p, docs, {x.value().data(), weight.value().data(), nullptr, nullptr},
+        {g.data(), x.requires_grad() ? x.grad_buffer().data() : nullptr,
+         weight.requires_grad() ? weight.grad_buffer().data() : nullptr,
+         bias.defined() && bias.requires_grad() ? bias.grad_buffer().data() : nullptr});
   };
   if (bias.defined()) return make_result("causal_conv1d", std::move(y), std::move(backward), x, weight, bias);
   return make_result("causal_conv1d", std::move(y), std::move(backward), x, weight);

@@ -22,7 +22,7 @@
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
-#include "megacpp/nn/documents.hpp"
+#include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/mamba/chunked_scan.hpp"
 #include "megacpp/nn/mamba/config.hpp"
@@ -30,7 +30,7 @@
 #include "megacpp/nn/mamba/decode.hpp"
 #include "megacpp/nn/mamba/elementwise.hpp"
 #include "megacpp/nn/mamba/sequential_scan.hpp"
-#include "megacpp/nn/param.hpp"
+#include "megacpp/autograd/module.hpp"
 
 namespace megacpp {
 

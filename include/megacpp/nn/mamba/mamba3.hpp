@@ -30,7 +30,8 @@
 #include "megacpp/autograd/ops/reduce.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
-#include "megacpp/nn/documents.hpp"
+#include "megacpp/core/kernels/ssm_rotary.hpp"
+#include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/mamba/chunked_scan.hpp"
 #include "megacpp/nn/mamba/config.hpp"
@@ -38,7 +39,7 @@
 #include "megacpp/nn/mamba/elementwise.hpp"
 #include "megacpp/nn/mamba/rotary.hpp"
 #include "megacpp/nn/mamba/sequential_scan.hpp"
-#include "megacpp/nn/param.hpp"
+#include "megacpp/autograd/module.hpp"
 
 namespace megacpp {
 
@@ -161,11 +162,10 @@ struct Mamba3 {
     for (index_t b = 0; b < batch; ++b) {
       for (index_t h = 0; h < H; ++h) {
         const index_t bh = b * H + h;
-        // theta_t = wrap(theta_{t-1} + pi tanh(angle) dt): the formula of rotary_angles' kernel
+        // theta_t = wrap(theta_{t-1} + pi tanh(angle) dt): the rotary kernels' own formula
         for (index_t s = 0; s < S; ++s) {
           T& th = theta.data()[bh * S + s];
-          const T next = th + static_cast<T>(kPi) * std::tanh(angle[b * S + s]) * dt[bh];
-          th = next - static_cast<T>(2 * kPi) * std::floor(next / static_cast<T>(2 * kPi));
+          th = kernels::advance_angle(th, std::tanh(angle[b * S + s]), dt[bh]);
           cosv[s] = std::cos(th);
           sinv[s] = std::sin(th);
         }
@@ -199,8 +199,6 @@ struct Mamba3 {
   }
 
  private:
-  static constexpr double kPi = 3.14159265358979323846;
-
   // The per-token quantities in_proj and the elementwise ops give (shared by forward and step).
   struct Branches {
     V z;          // (batch, seq, d_inner)
@@ -260,17 +258,13 @@ struct Mamba3 {
     return out_proj.forward(gated);
   }
 
-  // y = rotate(x + bias) for R rows of N: pairs (2i, 2i+1), i < S (the rotary_qk kernel's formula).
+  // y = rotate(x + bias) for R rows of N: pairs (2i, 2i+1), i < S (the rotary kernels' rotate_pair).
   void rotate(const T* x, const T* bias, const std::vector<T>& c, const std::vector<T>& s, T* y) const {
     const index_t N = config.d_state, S = n_angles();
     for (index_t r = 0; r < R; ++r) {
       T* yr = y + r * N;
       for (index_t n = 0; n < N; ++n) yr[n] = x[r * N + n] + bias[r * N + n];
-      for (index_t i = 0; i < S; ++i) {
-        const T u0 = yr[2 * i], u1 = yr[2 * i + 1];
-        yr[2 * i] = u0 * c[i] - u1 * s[i];
-        yr[2 * i + 1] = u0 * s[i] + u1 * c[i];
-      }
+      for (index_t i = 0; i < S; ++i) kernels::rotate_pair(yr[2 * i], yr[2 * i + 1], c[i], s[i], yr[2 * i], yr[2 * i + 1]);
     }
   }
 };

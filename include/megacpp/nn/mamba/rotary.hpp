@@ -14,8 +14,8 @@
 #pragma once
 
 #include "megacpp/autograd/function.hpp"
-#include "megacpp/nn/documents.hpp"
-#include "megacpp/nn/mamba/kernels.hpp"
+#include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/kernels/ssm_rotary.hpp"
 
 namespace megacpp {
 
@@ -23,7 +23,6 @@ namespace megacpp {
 /// `angle` (batch, seq, S), shared by all heads, and `dt` (batch, seq, heads).
 template <class T, Backend B>
 Var<T, B> rotary_angles(const Var<T, B>& angle, const Var<T, B>& dt, const DocumentLayout<B>& docs) {
-  detail::require_ssm_kernels<B>();
   check(angle.rank() == 3 && dt.rank() == 3, "rotary_angles", "angle must be (batch, seq, S) and dt (batch, seq, heads), got ",
         angle.shape(), " and ", dt.shape());
   const index_t batch = angle.shape()[0], seq = angle.shape()[1], S = angle.shape()[2], heads = dt.shape()[2];
@@ -32,13 +31,13 @@ Var<T, B> rotary_angles(const Var<T, B>& angle, const Var<T, B>& dt, const Docum
   check(docs.batch == batch && docs.seq == seq, "rotary_angles", "document layout (", docs.batch, ", ", docs.seq,
         ") does not match (batch, seq) = (", batch, ", ", seq, ")");
   Tensor<T, B> cossin(Shape{batch, seq, heads, S, 2});
-  ssm_rotary_angles_forward<T>(B{}, batch, seq, heads, S, docs.doc_ids.data(), angle.value().data(), dt.value().data(),
-                               cossin.data());
-  const Tensor<std::int32_t, B> doc_ids = docs.doc_ids;
-  return make_result("rotary_angles", cossin, [angle, dt, cossin, doc_ids, batch, seq, heads, S](const Tensor<T, B>& g) mutable {
-    ssm_rotary_angles_backward<T>(B{}, batch, seq, heads, S, doc_ids.data(), angle.value().data(), dt.value().data(),
-                                  cossin.data(), g.data(), angle.requires_grad() ? angle.grad_buffer().data() : nullptr,
-                                  dt.requires_grad() ? dt.grad_buffer().data() : nullptr);
+  const kernels::RotaryAnglesParams p{batch, seq, heads, S};
+  kernels::SsmRotary<B>::template angles_forward<T>(p, docs, {angle.value().data(), dt.value().data(), cossin.data()});
+  return make_result("rotary_angles", cossin, [angle, dt, cossin, docs, p](const Tensor<T, B>& g) mutable {
+    kernels::SsmRotary<B>::template angles_backward<T>(
+        p, docs, {angle.value().data(), dt.value().data(), nullptr},
+        {cossin.data(), g.data(), angle.requires_grad() ? angle.grad_buffer().data() : nullptr,
+         dt.requires_grad() ? dt.grad_buffer().data() : nullptr});
   }, angle, dt);
 }
 
@@ -46,7 +45,6 @@ Var<T, B> rotary_angles(const Var<T, B>& angle, const Var<T, B>& dt, const Docum
 /// bias (heads, R, N) and cossin (batch, seq, heads, S, 2) from rotary_angles; 2 S <= N.
 template <class T, Backend B>
 Var<T, B> rotary_qk(const Var<T, B>& x, const Var<T, B>& bias, const Var<T, B>& cossin) {
-  detail::require_ssm_kernels<B>();
   check(x.rank() == 4 && bias.rank() == 3 && cossin.rank() == 5, "rotary_qk",
         "x must be (batch, seq, R, N), bias (heads, R, N), cossin (batch, seq, heads, S, 2); got ", x.shape(), ", ",
         bias.shape(), ", ", cossin.shape());
@@ -57,13 +55,14 @@ Var<T, B> rotary_qk(const Var<T, B>& x, const Var<T, B>& bias, const Var<T, B>& 
         ", ", seq, ", ", heads, ", S, 2)");
   check(2 * S <= N, "rotary_qk", "2 * angles (", 2 * S, ") exceeds d_state ", N);
   Tensor<T, B> y(Shape{batch, seq, heads, R, N});
-  ssm_rotary_qk_forward<T>(B{}, batch, seq, heads, R, N, S, x.value().data(), bias.value().data(),
-                           cossin.value().data(), y.data());
-  return make_result("rotary_qk", std::move(y), [x, bias, cossin, batch, seq, heads, R, N, S](const Tensor<T, B>& g) mutable {
-    ssm_rotary_qk_backward<T>(B{}, batch, seq, heads, R, N, S, x.value().data(), bias.value().data(),
-                              cossin.value().data(), g.data(), x.requires_grad() ? x.grad_buffer().data() : nullptr,
-                              bias.requires_grad() ? bias.grad_buffer().data() : nullptr,
-                              cossin.requires_grad() ? cossin.grad_buffer().data() : nullptr);
+  const kernels::RotaryQKParams p{batch, seq, heads, R, N, S};
+  kernels::SsmRotary<B>::template qk_forward<T>(p, {x.value().data(), bias.value().data(), cossin.value().data(), y.data()});
+  return make_result("rotary_qk", std::move(y), [x, bias, cossin, p](const Tensor<T, B>& g) mutable {
+    kernels::SsmRotary<B>::template qk_backward<T>(
+        p, {x.value().data(), bias.value().data(), cossin.value().data(), nullptr},
+        {g.data(), x.requires_grad() ? x.grad_buffer().data() : nullptr,
+         bias.requires_grad() ? bias.grad_buffer().data() : nullptr,
+         cossin.requires_grad() ? cossin.grad_buffer().data() : nullptr});
   }, x, bias, cossin);
 }
 

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "megacpp/autograd/var.hpp"
-#include "megacpp/nn/documents.hpp"
+#include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/kernels/ssm_scan.hpp"
 
 namespace megacpp {
 
@@ -69,25 +70,13 @@ ScanGeometry check_scan_inputs(const char* op, const ScanInputs<T, B>& in, const
   return g;
 }
 
-// True when token t of row `ids` starts a document (the rule every Mamba kernel uses).
-inline bool starts_document(const std::int32_t* row_ids, index_t t) { return t == 0 || row_ids[t] != row_ids[t - 1]; }
-
-// Number of chunks the longest row is cut into: each document into ceil(length / chunk_size).
-inline index_t max_chunks_per_row(const std::vector<std::int32_t>& doc_ids, index_t batch, index_t seq,
-                                  index_t chunk_size) {
-  index_t most = 0;
-  for (index_t b = 0; b < batch; ++b) {
-    const std::int32_t* ids = doc_ids.data() + b * seq;
-    index_t chunks = 0;
-    for (index_t begin = 0; begin < seq;) {
-      index_t end = begin + 1;
-      while (end < seq && !starts_document(ids, end)) ++end;
-      chunks += (end - begin + chunk_size - 1) / chunk_size;
-      begin = end;
-    }
-    most = std::max(most, chunks);
-  }
-  return most;
+// The operands' data as the SsmScan contract takes them (shift and D null when undefined).
+template <class T, Backend B>
+kernels::ScanOperands<T> scan_operands(const ScanInputs<T, B>& in) {
+  return {in.q.value().data(),         in.k.value().data(),
+          in.v.value().data(),         in.log_alpha.value().data(),
+          in.gamma.value().data(),     in.shift.defined() ? in.shift.value().data() : nullptr,
+          in.D.defined() ? in.D.value().data() : nullptr};
 }
 
 }  // namespace detail

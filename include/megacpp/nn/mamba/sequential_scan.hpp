@@ -71,7 +71,7 @@ void sequential_scan_host(const ScanGeometry& g, const std::int32_t* doc_ids, co
     std::vector<T> state(static_cast<std::size_t>(N * P)), k_prev(static_cast<std::size_t>(R * N)),
         v_prev(static_cast<std::size_t>(R * P));
     for (index_t t = 0; t < g.seq; ++t) {
-      if (detail::starts_document(doc_ids + b * g.seq, t)) {
+      if (kernels::starts_document(doc_ids + b * g.seq, t)) {
         std::fill(state.begin(), state.end(), T(0));
         std::fill(k_prev.begin(), k_prev.end(), T(0));
         std::fill(v_prev.begin(), v_prev.end(), T(0));

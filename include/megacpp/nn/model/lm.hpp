@@ -3,10 +3,12 @@
 //   x_0 = E[input_ids]                               token embedding (vocab, d), Role::embedding
 //   x_l = block_l(x_{l-1}, documents)                 block types from Pattern + Letters
 //   h   = RMSNorm(x_L)
-//   loss = CE(softcap_30(h E^T), targets, loss_mask)  head tied to E (RECIPE.md "Architecture
-//                                                    floor"), fused: logits never materialised
+//   loss = CE(softcap_30(h E^T), targets, loss_mask)  head tied to E (Gemma 2's final-logit
+//          + sum_i w_i aux_i                          softcap), fused: logits never materialised;
+//                                                    plus the blocks' auxiliary losses, if any
 // doc_ids and positions are derived once per batch (DocumentLayout::from_tokens) and handed to
-// every block. Every size is in the type: LM<float, Cpu, Dims{...}, Pattern<"AAM">, ...>.
+// every block. Every size is in the type: LM<float, Cpu, Dims{...}, Pattern<"AAM">, Letters<...>>,
+// the shared sizes in Dims and each letter's own in its Letters entry.
 // Generation: make_cache() holds every block's decode cache (Cache), step_logits() feeds one token
 // per row through the blocks' step() and returns the same softcapped logits as logits(hidden())
 // at that position (nn/model/sampling.hpp builds generate() on it).
@@ -20,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,14 +32,17 @@
 #include "megacpp/autograd/ops/embedding.hpp"
 #include "megacpp/autograd/ops/matmul.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
-#include "megacpp/nn/documents.hpp"
+#include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/nn/attention/yarn.hpp"
+#include "megacpp/nn/aux_loss.hpp"
+#include "megacpp/nn/block.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
 #include "megacpp/nn/model/pattern.hpp"
-#include "megacpp/nn/param.hpp"
+#include "megacpp/autograd/module.hpp"
 
 namespace megacpp {
 
-/// Final-logit soft cap c (c * tanh(z / c), Gemma 2; RECIPE.md: 30). Cap 0 disables it.
+/// Final-logit soft cap c (c * tanh(z / c), Gemma 2; the recipe uses 30). Cap 0 disables it.
 template <int Cap>
 struct HeadSoftcap {
   static constexpr double cap = Cap;  ///< the cap c
@@ -61,6 +67,12 @@ struct LM {
   /// Block type of layer I.
   template <std::size_t I>
   using block_type = typename block_factory<I>::type;
+  /// The loss terms of one forward pass.
+  struct Losses {
+    V total;                                               ///< main + sum_i weight_i * aux_i
+    V main;                                                ///< the next-token cross-entropy
+    std::vector<typename AuxLosses<T, B>::Entry> aux;      ///< the blocks' auxiliary losses
+  };
 
  private:
   template <std::size_t... I>
@@ -109,17 +121,30 @@ struct LM {
     return outputs;
   }
 
-  /// Final normalised hidden states h (batch, seq, d_model).
-  V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs) const {
+  /// Final normalised hidden states h (batch, seq, d_model); the blocks' auxiliary losses go to
+  /// `aux` (dropped when there is no collector).
+  V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
     V x = embedding_forward(input_ids);
-    std::apply([&](const auto&... block) { ((x = block.forward(x, docs)), ...); }, blocks);
+    if (aux) std::apply([&](const auto&... block) { ((x = block.forward(x, docs, *aux)), ...); }, blocks);
+    else std::apply([&](const auto&... block) { ((x = block.forward(x, docs)), ...); }, blocks);
     return rmsnorm(x, norm_eps);
   }
 
-  /// Mean next-token loss over tokens with loss_mask != 0 (fused head; logits never whole).
+  /// The loss terms: mean next-token loss over tokens with loss_mask != 0 (fused head; logits
+  /// never whole), every auxiliary loss the blocks added, and their weighted total.
+  Losses losses(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
+                const Tensor<T, B>& loss_mask, const DocumentLayout<B>& docs) const {
+    AuxLosses<T, B> aux;
+    const V h = hidden(input_ids, docs, &aux);
+    V main = linear_cross_entropy(h, embedding.var, targets, loss_mask, head);
+    V total = aux.add_to(main);
+    return {std::move(total), std::move(main), aux.entries()};
+  }
+
+  /// The total loss of losses(): what training differentiates.
   V loss(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets, const Tensor<T, B>& loss_mask,
          const DocumentLayout<B>& docs) const {
-    return linear_cross_entropy(hidden(input_ids, docs), embedding.var, targets, loss_mask, head);
+    return losses(input_ids, targets, loss_mask, docs).total;
   }
 
   /// Head logits softcap(h E^T) (batch, seq, vocab): for generation and tests, not training.
@@ -147,10 +172,7 @@ struct LM {
       check(id >= 0 && id < D.vocab, "LM::step_logits", "row ", b, ": token id ", id, " is outside the vocabulary [0, ",
             D.vocab, ")");
     }
-    std::apply([&](const auto&... c) {
-      ((check(c.batch() == batch, "LM::step_logits", "the cache holds ", c.batch(), " rows but ", batch,
-              " tokens were given (one per row): make the cache with make_cache(", batch, ", capacity)")), ...);
-    }, cache);
+    std::apply([&](const auto&... c) { (check_cache_rows(c, batch), ...); }, cache);
     std::vector<bool> new_document(static_cast<std::size_t>(batch));
     for (std::size_t b = 0; b < tokens.size(); ++b) new_document[b] = tokens[b] == bos_id;
     V x = embedding_forward(Tensor<std::int32_t, B>::from_host(Shape{batch}, tokens));  // (batch, d_model)
@@ -181,6 +203,28 @@ struct LM {
     apply_blocks(f, std::make_index_sequence<D.n_layers>{});
   }
 
+  /// Sets the RoPE base of every layer with rotary positions (RotaryMixer; YaRN settings kept):
+  /// the context curriculum's phase switch. Weights are unchanged. Returns how many layers changed.
+  int set_rope_theta(double theta) {
+    return for_each_rotary_mixer([&](auto& mixer) { mixer.set_rope_theta(theta); });
+  }
+  /// Sets the YaRN extension of every layer with rotary positions. Returns how many changed.
+  int set_yarn(const Yarn& yarn) {
+    return for_each_rotary_mixer([&](auto& mixer) { mixer.set_yarn(yarn); });
+  }
+
+  /// The model's type in words: element type, pattern, shared sizes and each letter's sizes. Two
+  /// models with the same id have the same parameter names and shapes (checkpoints check it).
+  static std::string type_id() {
+    std::ostringstream os;
+    os << dtype_name<T>() << " LM \"" << pattern() << "\" d_model " << D.d_model << " layers " << D.n_layers << " vocab "
+       << D.vocab << " max_seq " << D.max_seq;
+    std::string seen;
+    for (std::size_t i = 0; i < PatternT::size; ++i) seen += PatternT::letter(i);
+    describe_letters(os, seen, std::make_index_sequence<PatternT::size>{});
+    return os.str();
+  }
+
   /// Parameter counts per role and in total, one line each, with the configuration.
   std::string summary() {
     std::map<std::string, index_t> per_role;
@@ -191,14 +235,41 @@ struct LM {
       ++tensors;
     });
     std::ostringstream os;
-    os << "LM pattern \"" << pattern() << "\" layers " << D.n_layers << " d_model " << D.d_model << " heads " << D.n_heads
-       << "/" << D.kv_heads() << " vocab " << D.vocab << " (tied head, softcap " << HeadCap::cap << ")\n";
+    os << type_id() << " (tied head, softcap " << HeadCap::cap << ")\n";
     for (const auto& [role, n] : per_role) os << "  " << role << ": " << n << "\n";
     os << "  total: " << total << " parameters in " << tensors << " tensors\n";
     return os.str();
   }
 
  private:
+  template <class Cache>
+  static void check_cache_rows(const Cache& c, index_t batch) {
+    if constexpr (!std::is_same_v<Cache, NoDecodeCache>)
+      check(c.batch() == batch, "LM::step_logits", "the cache holds ", c.batch(), " rows but ", batch,
+            " tokens were given (one per row): make the cache with make_cache(", batch, ", capacity)");
+  }
+
+  template <class F>
+  int for_each_rotary_mixer(F&& f) {
+    int changed = 0;
+    for_each_block([&](std::size_t, auto& block) {
+      using Block = std::decay_t<decltype(block)>;
+      if constexpr (Block::has_mixer && RotaryMixer<decltype(block.mixer)>) {
+        if (block.mixer.uses_rope()) {
+          f(block.mixer);
+          ++changed;
+        }
+      }
+    });
+    return changed;
+  }
+
+  // "; A: <letter A's sizes>; M: ..." for each distinct letter, in pattern order.
+  template <std::size_t... I>
+  static void describe_letters(std::ostringstream& os, const std::string& letters, std::index_sequence<I...>) {
+    ((letters.find(letters[I]) == I ? (os << "; " << letters[I] << ": " << block_factory<I>::describe(), 0) : 0), ...);
+  }
+
   V embedding_forward(const Tensor<std::int32_t, B>& input_ids) const { return megacpp::embedding(embedding.var, input_ids); }
 
   template <std::size_t... I>

@@ -28,7 +28,7 @@
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/reduce.hpp"
 #include "megacpp/core/random.hpp"
-#include "megacpp/nn/documents.hpp"
+#include "megacpp/core/kernels/documents.hpp"
 
 namespace megacpp {
 

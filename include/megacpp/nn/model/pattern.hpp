@@ -1,11 +1,15 @@
 // megacpp/nn/model/pattern.hpp: block patterns as compile-time strings, and the letter table.
 //
-// RECIPE.md "Hybrid patterns": A (attention), M (Mamba), E (MoE expert MLP), R (recurrent tail);
-// a pattern such as "AAM" repeats over the layers. Letters<Letter<'A', Factory>, ...> maps each
-// letter to a block factory; a letter with no entry is a compile error naming the letter.
+// Hybrid patterns (docs/architecture.md "Model composition"): A (attention), M (Mamba), E (MoE
+// expert MLP), R (recurrent tail); a pattern such as "AAM" repeats over the layers.
+// Letters<Letter<'A', L>, ...> maps each letter to a block recipe L carrying that letter's own
+// sizes (megacpp/nn/model/letters.hpp has the library's; docs/extending.md writes one); a letter
+// with no entry is a compile error naming the letter.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
+#include <string>
 
 #include "megacpp/core/random.hpp"
 #include "megacpp/nn/model/dims.hpp"
@@ -37,14 +41,23 @@ struct Pattern {
   static constexpr const char* c_str() { return S.chars; }
 };
 
-/// Maps pattern letter C to a block factory: Factory<T, B, D>::type is the block type and
-/// Factory<T, B, D>::make(rng) builds one.
-template <char C, template <class, class, Dims> class Factory>
+/// What a letter's block recipe L provides for element type T, backend B and shared sizes D:
+/// L::factory<T, B, D>::type (the block type), ::make(rng) (one block, initialised from rng) and
+/// ::describe() (its sizes in words, part of the model's type id).
+template <class Factory>
+concept BlockFactory = requires(Rng& rng) {
+  typename Factory::type;
+  { Factory::make(rng) } -> std::same_as<typename Factory::type>;
+  { Factory::describe() } -> std::convertible_to<std::string>;
+};
+
+/// Maps pattern letter C to a block recipe L (see BlockFactory).
+template <char C, class L>
 struct Letter {
   static constexpr char letter = C;  ///< the pattern letter
-  /// The factory for element type T, backend B and sizes D.
+  /// The factory for element type T, backend B and shared sizes D.
   template <class T, class B, Dims D>
-  using factory = Factory<T, B, D>;
+  using factory = typename L::template factory<T, B, D>;
 };
 
 /// The letter table of a model family.
@@ -72,7 +85,8 @@ template <char C, class... Ls>
 struct letter_entry<C, Letters<Ls...>> {
   static_assert(Letters<Ls...>::has(C),
                 "megacpp_unknown_pattern_letter: a pattern letter has no block type in this Letters<...> table "
-                "(A = attention, M = Mamba; E (MoE) and R (recurrent tail) are not implemented yet)");
+                "(the recipe's table has A = attention and M = Mamba-3; add Letter<'X', YourBlock> for another, "
+                "see docs/extending.md)");
   using type = typename find_letter<C, Ls...>::type;
 };
 }  // namespace detail

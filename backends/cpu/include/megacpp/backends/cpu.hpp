@@ -1,9 +1,10 @@
 /// \file
-/// megacpp/backends/cpu.hpp: the CPU backend, Eigen GEMM + OpenMP loops.
+/// megacpp/backends/cpu.hpp: the CPU backend: its own packed GEMM on Eigen's SIMD packets, OpenMP
+/// loops, and (megacpp/backends/cpu/kernels.hpp, included at the end) every fused kernel.
 ///
 /// `Cpu` satisfies the `Backend` concept (megacpp/core/backend.hpp); each member forwards to a
 /// kernel in megacpp/backends/cpu/detail/. Memory is host memory, so Tensor<T, Cpu>::data() can
-/// be read directly.
+/// be read directly. The backend includes core only: it knows nothing of Vars or layers.
 #pragma once
 
 #define MEGACPP_CPU_BACKEND_INTERNAL
@@ -21,8 +22,8 @@
 
 namespace megacpp {
 
-/// The CPU backend: the `Backend` contract on host memory, GEMM through Eigen, every other kernel
-/// an OpenMP loop. Each member forwards to megacpp/backends/cpu/detail/, whose naive loops are
+/// The CPU backend: the `Backend` contract on host memory, GEMM on the backend's own packed kernel,
+/// every other kernel an OpenMP loop. Each member forwards to megacpp/backends/cpu/detail/, whose naive loops are
 /// the reference the other backends are tested against.
 struct Cpu {
   static constexpr std::string_view name = "cpu";  ///< backend name in logs and bench output
@@ -56,7 +57,7 @@ struct Cpu {
   static void synchronize() {}
 
   // --- dense algebra ---
-  /// Strided batched GEMM (GemmArgs), through Eigen.
+  /// Strided batched GEMM (GemmArgs) on the packed register-tiled kernel (detail/gemm_kernel.hpp).
   template <class T>
   static void gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c) { cpu::gemm<T>(g, alpha, a, b, beta, c); }
 
@@ -130,13 +131,6 @@ struct Cpu {
   static void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets, const T* mask, T scale, T* glogits) {
     cpu::cross_entropy_backward<T>(rows, vocab, logits, lse, targets, mask, scale, glogits);
   }
-  /// The LM head's loss rows fused: logits (raw z) become zc = cap tanh(z / cap) (cap 0: z),
-  /// lse and per-row losses as cross_entropy; when grad is not null (it may alias logits),
-  /// grad = scale * mask * (softmax(zc) - onehot(target)) * (1 - (zc / cap)^2) per row.
-  template <class T>
-  static void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask, T scale, T* losses, T* lse, T* grad) {
-    cpu::softcap_cross_entropy<T>(rows, vocab, cap, logits, targets, mask, scale, losses, lse, grad);
-  }
 };
 
 static_assert(Backend<Cpu>, "megacpp_cpu_backend_must_satisfy_Backend: see megacpp/core/backend.hpp");
@@ -146,3 +140,6 @@ template <class T>
 using CpuTensor = Tensor<T, Cpu>;
 
 }  // namespace megacpp
+
+// The fused kernels (specialisations of the contracts in megacpp/core/kernels/).
+#include "megacpp/backends/cpu/kernels.hpp"

@@ -105,10 +105,6 @@ struct Cuda {
   static void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets, const T* mask, T scale, T* glogits) {
     cuda::cross_entropy_backward<T>(rows, vocab, logits, lse, targets, mask, scale, glogits);
   }
-  template <class T>
-  static void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask, T scale, T* losses, T* lse, T* grad) {
-    cuda::softcap_cross_entropy<T>(rows, vocab, cap, logits, targets, mask, scale, losses, lse, grad);
-  }
 };
 
 static_assert(Backend<Cuda>, "megacpp_cuda_backend_must_satisfy_Backend: see megacpp/core/backend.hpp");
@@ -117,3 +113,22 @@ template <class T>
 using CudaTensor = Tensor<T, Cuda>;
 
 }  // namespace megacpp
+
+namespace megacpp::kernels {
+
+// The fused kernels CUDA implements so far (contracts: megacpp/core/kernels/). FusedAttention,
+// SsmScan, SsmRotary and CausalConv1d are not implemented yet: a layer that needs one fails to
+// compile for Cuda with megacpp_backend_lacks_kernel (tests/cuda/test_layer_kernels_missing.cu).
+
+/// The LM head's fused loss rows on the GPU (one block per row).
+template <>
+struct SoftcapCrossEntropy<Cuda> {
+  static constexpr bool available = true;
+  template <class T>
+  static void forward(const SoftcapCrossEntropyParams& p, const SoftcapCrossEntropyArgs<T>& a) {
+    cuda::softcap_cross_entropy<T>(p.rows, p.vocab, static_cast<T>(p.cap), a.logits, a.targets, a.mask,
+                                   static_cast<T>(p.scale), a.losses, a.lse, a.grad);
+  }
+};
+
+}  // namespace megacpp::kernels

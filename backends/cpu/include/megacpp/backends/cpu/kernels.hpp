@@ -1,0 +1,131 @@
+/// \file
+/// megacpp/backends/cpu/kernels.hpp: the CPU backend's implementations of every kernel contract
+/// (megacpp/core/kernels/), each a specialisation that forwards to the kernel in
+/// megacpp/backends/cpu/detail/. Included by <megacpp/backends/cpu.hpp>: including the backend
+/// brings all of its kernels.
+///
+///   FusedAttention<Cpu>        detail/attention/{plan,tiles,forward,backward}.hpp
+///   SsmScan<Cpu>               detail/ssm/{common,forward,backward}.hpp, detail/small_gemm.hpp
+///   SsmRotary<Cpu>             detail/ssm/rotary.hpp
+///   CausalConv1d<Cpu>          detail/ssm/conv1d.hpp
+///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
+#pragma once
+
+#include "megacpp/backends/cpu.hpp"
+
+#define MEGACPP_CPU_BACKEND_INTERNAL
+#include "megacpp/backends/cpu/detail/attention/backward.hpp"
+#include "megacpp/backends/cpu/detail/attention/forward.hpp"
+#include "megacpp/backends/cpu/detail/ssm/backward.hpp"
+#include "megacpp/backends/cpu/detail/ssm/conv1d.hpp"
+#include "megacpp/backends/cpu/detail/ssm/forward.hpp"
+#include "megacpp/backends/cpu/detail/ssm/rotary.hpp"
+#undef MEGACPP_CPU_BACKEND_INTERNAL
+
+#include "megacpp/core/kernels/registry.hpp"
+
+namespace megacpp::kernels {
+
+/// The CPU fused attention: FlashAttention-2 over per-document tiles, GQA groups together.
+template <>
+struct FusedAttention<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// o, lse from q, k, v; tiles per document, masked tiles skipped.
+  template <class T>
+  static AttentionStats forward(const AttentionParams& p, const DocumentLayout<Cpu>& docs,
+                                const AttentionForwardArgs<T>& args) {
+    return cpu::flash::forward<T>(p, docs, args);
+  }
+  /// Adds dq, dk, dv (each may be null) from the saved o, lse and the output gradient.
+  template <class T>
+  static AttentionStats backward(const AttentionParams& p, const DocumentLayout<Cpu>& docs,
+                                 const AttentionBackwardArgs<T>& args) {
+    return cpu::flash::backward<T>(p, docs, args);
+  }
+};
+
+/// The CPU chunked scan: each (row, head) on one thread, chunks in order.
+template <>
+struct SsmScan<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// y and the states entering each chunk (chunk_states may be null when no backward follows).
+  template <class T>
+  static void forward(const ScanParams& p, const DocumentLayout<Cpu>& docs, const ScanOperands<T>& in, T* y,
+                      T* chunk_states) {
+    cpu::ssm::chunked_scan_forward<T>(p, docs.doc_ids.data(), in, y, chunk_states);
+  }
+  /// Adds into every gradient that is not null (q, k per head).
+  template <class T>
+  static void backward(const ScanParams& p, const DocumentLayout<Cpu>& docs, const ScanOperands<T>& in, const T* dy,
+                       const T* chunk_states, const ScanGradients<T>& grads) {
+    cpu::ssm::chunked_scan_backward<T>(p, docs.doc_ids.data(), in, dy, chunk_states, grads);
+  }
+};
+
+/// The CPU rotary kernels of Mamba-3.
+template <>
+struct SsmRotary<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// cossin from angle and dt, theta restarting at every document.
+  template <class T>
+  static void angles_forward(const RotaryAnglesParams& p, const DocumentLayout<Cpu>& docs, const RotaryAnglesArgs<T>& a) {
+    cpu::ssm::rotary_angles_forward<T>(p.batch, p.seq, p.heads, p.n_angles, docs.doc_ids.data(), a.angle, a.dt, a.cossin);
+  }
+  /// Adds dangle and ddt (either may be null).
+  template <class T>
+  static void angles_backward(const RotaryAnglesParams& p, const DocumentLayout<Cpu>& docs, const RotaryAnglesArgs<T>& a,
+                              const RotaryAnglesGrads<T>& g) {
+    cpu::ssm::rotary_angles_backward<T>(p.batch, p.seq, p.heads, p.n_angles, docs.doc_ids.data(), a.angle, a.dt,
+                                        g.cossin, g.dcossin, g.angle, g.dt);
+  }
+  /// y = rotate(x + bias_h, cossin).
+  template <class T>
+  static void qk_forward(const RotaryQKParams& p, const RotaryQKArgs<T>& a) {
+    cpu::ssm::rotary_qk_forward<T>(p.batch, p.seq, p.heads, p.rank, p.d_state, p.n_angles, a.x, a.bias, a.cossin, a.y);
+  }
+  /// Adds dx, dbias, dcossin (each may be null).
+  template <class T>
+  static void qk_backward(const RotaryQKParams& p, const RotaryQKArgs<T>& a, const RotaryQKGrads<T>& g) {
+    cpu::ssm::rotary_qk_backward<T>(p.batch, p.seq, p.heads, p.rank, p.d_state, p.n_angles, a.x, a.bias, a.cossin,
+                                    g.dy, g.x, g.bias, g.cossin);
+  }
+};
+
+/// The CPU document-aware causal conv1d.
+template <>
+struct CausalConv1d<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// y from x, weight, bias; no tap crosses a document.
+  template <class T>
+  static void forward(const Conv1dParams& p, const DocumentLayout<Cpu>& docs, const Conv1dArgs<T>& a) {
+    cpu::conv::causal_conv1d_forward<T>(p.batch, p.seq, p.channels, p.width, docs.doc_ids.data(), a.x, a.weight, a.bias,
+                                        a.y);
+  }
+  /// Adds dx, dweight, dbias (each may be null).
+  template <class T>
+  static void backward(const Conv1dParams& p, const DocumentLayout<Cpu>& docs, const Conv1dArgs<T>& a,
+                       const Conv1dGrads<T>& g) {
+    cpu::conv::causal_conv1d_backward<T>(p.batch, p.seq, p.channels, p.width, docs.doc_ids.data(), a.x, a.weight, g.dy,
+                                         g.x, g.weight, g.bias);
+  }
+};
+
+/// The CPU fused head rows (softcap, log-sum-exp, loss and gradient while the row is in L1).
+template <>
+struct SoftcapCrossEntropy<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// zc, losses, lse and the gradient (when args.grad is not null), row by row.
+  template <class T>
+  static void forward(const SoftcapCrossEntropyParams& p, const SoftcapCrossEntropyArgs<T>& a) {
+    cpu::softcap_cross_entropy<T>(p.rows, p.vocab, static_cast<T>(p.cap), a.logits, a.targets, a.mask,
+                                  static_cast<T>(p.scale), a.losses, a.lse, a.grad);
+  }
+};
+
+}  // namespace megacpp::kernels
+
+namespace megacpp {
+static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true},
+              "megacpp_cpu_backend_implements_every_kernel: the CPU backend is the reference and must implement every "
+              "contract in megacpp/core/kernels/registry.hpp");
+}  // namespace megacpp

@@ -1,0 +1,40 @@
+/// \file
+/// megacpp/core/kernels/registry.hpp: the list of every kernel contract, for code that must
+/// cover them all (the kernel test harness, backend reports).
+///
+/// Adding a contract means adding it here; tests/support/kernel_cases.hpp then refuses to compile
+/// until the new kernel has its cases (reference, gradcheck, backend against backend): the
+/// habit of ggml's `static_assert(GGML_OP_COUNT == ...)` beside its op tables.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+
+#include "megacpp/core/kernels/attention.hpp"
+#include "megacpp/core/kernels/causal_conv1d.hpp"
+#include "megacpp/core/kernels/cross_entropy.hpp"
+#include "megacpp/core/kernels/ssm_rotary.hpp"
+#include "megacpp/core/kernels/ssm_scan.hpp"
+
+namespace megacpp::kernels {
+
+/// A list of kernel contracts (class templates over the backend).
+template <template <class> class... Kernels>
+struct KernelList {
+  static constexpr std::size_t size = sizeof...(Kernels);  ///< number of contracts
+  /// For backend B, which contracts it implements, in list order.
+  template <class B>
+  static constexpr std::array<bool, size> implemented_by() { return {Kernels<B>::available...}; }
+};
+
+/// Every kernel contract, in the order of kKernelNames.
+using AllKernels = KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy>;
+
+/// The contracts' names, in the order of AllKernels.
+inline constexpr std::array<std::string_view, 5> kKernelNames{"FusedAttention", "SsmScan", "SsmRotary", "CausalConv1d",
+                                                               "SoftcapCrossEntropy"};
+static_assert(AllKernels::size == kKernelNames.size(),
+              "megacpp_kernel_registry: a contract was added to AllKernels without its name in kKernelNames");
+
+}  // namespace megacpp::kernels

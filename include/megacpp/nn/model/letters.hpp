@@ -1,0 +1,173 @@
+// megacpp/nn/model/letters.hpp: the library's block recipes for pattern letters, each with its own
+// sizes.
+//
+//   AttentionLetter<AttentionSizes{...}>   Block<GQA<T, B>> + MLP<ReLU2>   (softcap 50, RoPE, doc-masked)
+//   Mamba3Letter<MambaSizes{...}, Policy>  Block<Mamba3<T, B, Policy>> + MLP<ReLU2>   (SISO or MIMO<R>)
+//   Mamba2Letter<MambaSizes{...}>          Block<Mamba2<T, B>> + MLP<ReLU2>
+//
+// A letter's sizes are its own (heads, state size, MLP width); the sizes every block shares are the
+// model's Dims. Sizes are structural types, so they are template arguments and every size is part
+// of the model's type. Inconsistent sizes fail to compile with a greppable id saying what to
+// change (megacpp_dims_gqa, ...), each tested in tests/model/negative/.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "megacpp/nn/attention.hpp"
+#include "megacpp/nn/mamba.hpp"
+#include "megacpp/nn/model/pattern.hpp"
+
+namespace megacpp {
+
+/// Sizes of an attention letter. Zero means "derive the default" where a comment says so.
+struct AttentionSizes {
+  index_t n_heads = 0;     ///< query heads
+  index_t n_kv_heads = 0;  ///< key/value heads; 0: max(1, n_heads / 4) (the recipe's GQA floor)
+  index_t head_dim = 0;    ///< features per head; 0: d_model / n_heads
+  index_t window = 0;      ///< sliding window in tokens; 0: whole document
+  index_t mlp_hidden = 0;  ///< the block's MLP width; 0: 4 d_model (modded-nanogpt)
+
+  /// n_kv_heads, or its default n_heads / 4 (at least 1).
+  constexpr index_t kv_heads() const { return n_kv_heads ? n_kv_heads : (n_heads / 4 > 0 ? n_heads / 4 : 1); }
+  /// head_dim, or its default d_model / n_heads.
+  constexpr index_t head_dim_for(index_t d_model) const { return head_dim ? head_dim : (n_heads ? d_model / n_heads : 0); }
+  /// mlp_hidden, or its default 4 d_model.
+  constexpr index_t mlp_width(index_t d_model) const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
+};
+
+/// Sizes of a Mamba letter (the state-spaces/mamba reference defaults).
+struct MambaSizes {
+  index_t d_state = 128;   ///< N: state size per head
+  index_t headdim = 64;    ///< P: channels per head
+  index_t expand = 2;      ///< d_inner / d_model
+  index_t chunk_size = 0;  ///< training scan chunk; 0: the layer's default
+  index_t mlp_hidden = 0;  ///< the block's MLP width; 0: 4 d_model
+  /// mlp_hidden, or its default 4 d_model.
+  constexpr index_t mlp_width(index_t d_model) const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
+};
+
+/// Letter 'A' of the recipe: pre-norm GQA attention (softcap 50, RoPE restarting per document)
+/// and an MLP<ReLU2>, sized by S and the model's d_model and max_seq.
+template <AttentionSizes S>
+struct AttentionLetter {
+  /// The block recipe for element type T, backend B and shared sizes D.
+  template <class T, class B, Dims D>
+  struct factory {
+    static_assert(S.n_heads > 0, "megacpp_dims_no_heads: set AttentionSizes::n_heads > 0");
+    static_assert(S.head_dim > 0 || D.d_model % S.n_heads == 0,
+                  "megacpp_dims_head_split: d_model must be divisible by n_heads, or set AttentionSizes::head_dim");
+    static_assert(S.n_heads % S.kv_heads() == 0,
+                  "megacpp_dims_gqa: n_heads must be divisible by n_kv_heads (query head h reads kv head h / (n_heads / "
+                  "n_kv_heads))");
+    static_assert(S.head_dim_for(D.d_model) % 2 == 0, "megacpp_dims_rope: the attention head_dim must be even for RoPE");
+    static_assert(S.window >= 0 && S.mlp_hidden >= 0, "megacpp_dims_negative: window and mlp_hidden must be >= 0");
+
+    using type = Block<GQA<T, B>>;  ///< the block this letter builds
+    /// The attention configuration derived from S and D.
+    static AttentionConfig config() {
+      AttentionConfig c;
+      c.d_model = D.d_model;
+      c.n_heads = S.n_heads;
+      c.n_kv_heads = S.kv_heads();
+      c.head_dim = S.head_dim_for(D.d_model);
+      c.window = S.window;
+      c.max_seq = D.max_seq;
+      return c;
+    }
+    /// Builds one block, drawing its initial weights from rng.
+    static type make(Rng& rng) {
+      GQA<T, B> attention(config(), rng);
+      return type(std::move(attention), MLP<T, B>(D.d_model, rng, S.mlp_width(D.d_model)));
+    }
+    /// "GQA heads 4/1 head_dim 16 window 0 mlp 256".
+    static std::string describe() {
+      std::ostringstream os;
+      os << "GQA heads " << S.n_heads << "/" << S.kv_heads() << " head_dim " << S.head_dim_for(D.d_model) << " window "
+         << S.window << " mlp " << S.mlp_width(D.d_model);
+      return os.str();
+    }
+  };
+};
+
+namespace detail {
+template <MambaSizes S, Dims D>
+constexpr bool validate_mamba_sizes() {
+  static_assert(S.d_state > 0 && S.headdim > 0 && S.expand > 0 && S.chunk_size >= 0 && S.mlp_hidden >= 0,
+                "megacpp_dims_mamba: d_state, headdim and expand must be positive, chunk_size and mlp_hidden >= 0");
+  static_assert((S.expand * D.d_model) % S.headdim == 0,
+                "megacpp_dims_mamba_heads: expand * d_model must be divisible by MambaSizes::headdim");
+  return true;
+}
+}  // namespace detail
+
+/// Letter 'M' of the recipe: pre-norm Mamba-3 (Policy SISO or MIMO<R>) and an MLP<ReLU2>.
+template <MambaSizes S, class Policy = SISO>
+struct Mamba3Letter {
+  /// The block recipe for element type T, backend B and shared sizes D.
+  template <class T, class B, Dims D>
+  struct factory {
+    static_assert(detail::validate_mamba_sizes<S, D>());
+    using type = Block<Mamba3<T, B, Policy>>;  ///< the block this letter builds
+    /// The Mamba-3 configuration derived from S and D.
+    static Mamba3Config config() {
+      Mamba3Config c;
+      c.d_model = D.d_model;
+      c.d_state = S.d_state;
+      c.headdim = S.headdim;
+      c.expand = S.expand;
+      c.chunk_size = S.chunk_size;
+      return c;
+    }
+    /// Builds one block, drawing its initial weights from rng.
+    static type make(Rng& rng) {
+      Mamba3<T, B, Policy> mixer(config(), rng);
+      return type(std::move(mixer), MLP<T, B>(D.d_model, rng, S.mlp_width(D.d_model)));
+    }
+    /// "Mamba3 SISO N16 P32 x2 mlp 256".
+    static std::string describe() {
+      std::ostringstream os;
+      os << "Mamba3 " << Policy::name;
+      if (Policy::rank > 1) os << Policy::rank;
+      os << " N" << S.d_state << " P" << S.headdim << " x" << S.expand << " mlp " << S.mlp_width(D.d_model);
+      if (S.chunk_size) os << " chunk " << S.chunk_size;
+      return os.str();
+    }
+  };
+};
+
+/// Mamba-2 (SSD with its document-aware conv1d) and an MLP<ReLU2>; not in the recipe's table.
+template <MambaSizes S>
+struct Mamba2Letter {
+  /// The block recipe for element type T, backend B and shared sizes D.
+  template <class T, class B, Dims D>
+  struct factory {
+    static_assert(detail::validate_mamba_sizes<S, D>());
+    using type = Block<Mamba2<T, B>>;  ///< the block this letter builds
+    /// The Mamba-2 configuration derived from S and D.
+    static Mamba2Config config() {
+      Mamba2Config c;
+      c.d_model = D.d_model;
+      c.d_state = S.d_state;
+      c.headdim = S.headdim;
+      c.expand = S.expand;
+      if (S.chunk_size) c.chunk_size = S.chunk_size;
+      return c;
+    }
+    /// Builds one block, drawing its initial weights from rng.
+    static type make(Rng& rng) {
+      Mamba2<T, B> mixer(config(), rng);
+      return type(std::move(mixer), MLP<T, B>(D.d_model, rng, S.mlp_width(D.d_model)));
+    }
+    /// "Mamba2 N16 P32 x2 mlp 256".
+    static std::string describe() {
+      std::ostringstream os;
+      os << "Mamba2 N" << S.d_state << " P" << S.headdim << " x" << S.expand << " mlp " << S.mlp_width(D.d_model);
+      if (S.chunk_size) os << " chunk " << S.chunk_size;
+      return os.str();
+    }
+  };
+};
+
+}  // namespace megacpp
