@@ -152,6 +152,27 @@ TEST_CASE("YaRN frequencies and attention factor", "[attention][yarn]") {
   CHECK(attn.options().scale == Approx(0.125 * yarn.attention_factor() * yarn.attention_factor()));
 }
 
+TEST_CASE("Attention::set_rope_theta and set_yarn: the same layer as one built with the new values", "[attention][rope]") {
+  Rng rng(21), rng_copy(21);
+  GQA<float, Cpu> attn(AttentionConfig{.d_model = 32, .n_heads = 4, .n_kv_heads = 2}, rng);
+  static_assert(RotaryMixer<GQA<float, Cpu>>);
+  const Yarn yarn{.factor = 2.0, .original_context = 16};
+  const GQA<float, Cpu> built(AttentionConfig{.d_model = 32, .n_heads = 4, .n_kv_heads = 2, .rope_theta = 5e5, .yarn = yarn},
+                              rng_copy);  // same draws: the same weights
+  attn.set_rope_theta(5e5);
+  attn.set_yarn(yarn);
+  CHECK(attn.inv_freq.to_host() == built.inv_freq.to_host());
+  CHECK(attn.options().scale == built.options().scale);
+  const auto docs = layout_of({{3, 5}});
+  const auto x = random_var<float>({1, 8, 32}, 22, false);
+  CHECK(bitwise_equal(attn.forward(x, docs).value(), built.forward(x, docs).value()));
+  CHECK_THROWS_WITH(attn.set_rope_theta(0.0), Contains("rope_theta must be positive, got 0"));
+  CHECK_THROWS_WITH(attn.set_yarn(Yarn{.factor = 0.5}), Contains("YaRN factor must be >= 1"));
+  GQA<float, Cpu> no_rope(AttentionConfig{.d_model = 32, .n_heads = 4, .rope = false}, rng);
+  CHECK_FALSE(no_rope.uses_rope());
+  CHECK_THROWS_WITH(no_rope.set_rope_theta(1e6), Contains("this layer has no RoPE"));
+}
+
 TEST_CASE("bad input: clear megacpp::Errors carrying the values", "[attention][errors]") {
   Rng rng(13);
   auto make = [&](const AttentionConfig& config) { return GQA<float, Cpu>(config, rng); };

@@ -24,10 +24,16 @@ inline std::string child_name(const std::string& prefix, std::string_view name) 
   return prefix.empty() ? std::string(name) : prefix + "." + std::string(name);
 }
 
+/// A visitor that does nothing: what the concepts below call for_each_param with. (A named type,
+/// not a lambda: nvcc 13's front end rejects lambdas inside a concept's requires-expression.)
+template <class T, class B>
+struct ParamVisitorProbe {
+  /// Ignores the parameter.
+  void operator()(const std::string&, Param<T, B>&) const {}
+};
+
 /// A layer: visits its parameters with dotted names.
 template <class M, class T, class B>
-concept Module = requires(M& m) {
-  m.for_each_param([](const std::string&, Param<T, B>&) {}, std::string());
-};
+concept Module = requires(M& m) { m.for_each_param(ParamVisitorProbe<T, B>{}, std::string()); };
 
 }  // namespace megacpp

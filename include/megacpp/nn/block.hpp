@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "megacpp/autograd/grad_mode.hpp"
+#include "megacpp/autograd/module.hpp"
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/core/kernels/documents.hpp"
@@ -34,24 +35,24 @@ namespace megacpp {
 /// A sequence mixer: x (batch, seq, d_model) and the batch's documents -> (batch, seq, d_model),
 /// optionally adding auxiliary losses; visits its parameters.
 template <class M>
-concept Mixer = requires(M& m, const M& cm, const Var<typename M::value_type, typename M::backend_type>& x,
+concept Mixer = requires(const M& cm, const Var<typename M::value_type, typename M::backend_type>& x,
                          const DocumentLayout<typename M::backend_type>& docs,
                          AuxLosses<typename M::value_type, typename M::backend_type>& aux) {
   requires Backend<typename M::backend_type>;
   requires requires { { cm.forward(x, docs) } -> std::same_as<Var<typename M::value_type, typename M::backend_type>>; } ||
                requires { { cm.forward(x, docs, aux) } -> std::same_as<Var<typename M::value_type, typename M::backend_type>>; };
-  m.for_each_param([](const std::string&, Param<typename M::value_type, typename M::backend_type>&) {}, std::string());
+  requires Module<M, typename M::value_type, typename M::backend_type>;
 };
 
 /// A per-position network: x (..., d_model) -> (..., d_model), optionally adding auxiliary
 /// losses; visits its parameters.
 template <class F>
-concept FeedForward = requires(F& f, const F& cf, const Var<typename F::value_type, typename F::backend_type>& x,
+concept FeedForward = requires(const F& cf, const Var<typename F::value_type, typename F::backend_type>& x,
                                AuxLosses<typename F::value_type, typename F::backend_type>& aux) {
   requires Backend<typename F::backend_type>;
   requires requires { { cf.forward(x) } -> std::same_as<Var<typename F::value_type, typename F::backend_type>>; } ||
                requires { { cf.forward(x, aux) } -> std::same_as<Var<typename F::value_type, typename F::backend_type>>; };
-  f.for_each_param([](const std::string&, Param<typename F::value_type, typename F::backend_type>&) {}, std::string());
+  requires Module<F, typename F::value_type, typename F::backend_type>;
 };
 
 /// Stands in for the mixer of a block that has none: the block is x + ffn(RMSNorm(x)).
