@@ -42,8 +42,8 @@ struct Pattern {
 };
 
 /// What a letter's block recipe L provides for element type T, backend B and shared sizes D:
-/// L::factory<T, B, D>::type (the block type), ::make(rng) (one block, initialised from rng) and
-/// ::describe() (its sizes in words, part of the model's type id).
+/// `L::factory<T, B, D>` with `type` (the block type), `make(rng)` (one block, initialised from
+/// rng) and `describe()` (its sizes in words, part of the model's type id).
 template <class Factory>
 concept BlockFactory = requires(Rng& rng) {
   typename Factory::type;
