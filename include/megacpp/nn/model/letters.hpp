@@ -48,6 +48,40 @@ struct MambaSizes {
   constexpr index_t mlp_width(index_t d_model) const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
 };
 
+namespace detail {
+// One block: the mixer built from `config`, then an MLP<ReLU2> of `hidden` units (the draw order
+// of every library letter, so a seed fixes the weights).
+template <class MixerT, class Config>
+Block<MixerT> make_block_with_mlp(const Config& config, index_t d_model, index_t hidden, Rng& rng) {
+  using T = typename MixerT::value_type;
+  using B = typename MixerT::backend_type;
+  MixerT mixer(config, rng);
+  return Block<MixerT>(std::move(mixer), MLP<T, B>(d_model, rng, hidden));
+}
+
+// A Mamba layer's configuration (Mamba3Config or Mamba2Config) from a letter's sizes; chunk 0
+// keeps the layer's own default.
+template <class Config>
+Config mamba_config(const MambaSizes& s, index_t d_model) {
+  Config c;
+  c.d_model = d_model;
+  c.d_state = s.d_state;
+  c.headdim = s.headdim;
+  c.expand = s.expand;
+  if (s.chunk_size) c.chunk_size = s.chunk_size;
+  return c;
+}
+
+template <MambaSizes S, Dims D>
+constexpr bool validate_mamba_sizes() {
+  static_assert(S.d_state > 0 && S.headdim > 0 && S.expand > 0 && S.chunk_size >= 0 && S.mlp_hidden >= 0,
+                "megacpp_dims_mamba: d_state, headdim and expand must be positive, chunk_size and mlp_hidden >= 0");
+  static_assert((S.expand * D.d_model) % S.headdim == 0,
+                "megacpp_dims_mamba_heads: expand * d_model must be divisible by MambaSizes::headdim");
+  return true;
+}
+}  // namespace detail
+
 /// Letter 'A' of the recipe: pre-norm GQA attention (softcap 50, RoPE restarting per document)
 /// and an MLP<ReLU2>, sized by S and the model's d_model and max_seq.
 template <AttentionSizes S>
@@ -78,8 +112,7 @@ struct AttentionLetter {
     }
     /// Builds one block, drawing its initial weights from rng.
     static type make(Rng& rng) {
-      GQA<T, B> attention(config(), rng);
-      return type(std::move(attention), MLP<T, B>(D.d_model, rng, S.mlp_width(D.d_model)));
+      return detail::make_block_with_mlp<GQA<T, B>>(config(), D.d_model, S.mlp_width(D.d_model), rng);
     }
     /// "GQA heads 4/1 head_dim 16 window 0 mlp 256".
     static std::string describe() {
@@ -91,17 +124,6 @@ struct AttentionLetter {
   };
 };
 
-namespace detail {
-template <MambaSizes S, Dims D>
-constexpr bool validate_mamba_sizes() {
-  static_assert(S.d_state > 0 && S.headdim > 0 && S.expand > 0 && S.chunk_size >= 0 && S.mlp_hidden >= 0,
-                "megacpp_dims_mamba: d_state, headdim and expand must be positive, chunk_size and mlp_hidden >= 0");
-  static_assert((S.expand * D.d_model) % S.headdim == 0,
-                "megacpp_dims_mamba_heads: expand * d_model must be divisible by MambaSizes::headdim");
-  return true;
-}
-}  // namespace detail
-
 /// Letter 'M' of the recipe: pre-norm Mamba-3 (Policy SISO or MIMO<R>) and an MLP<ReLU2>.
 template <MambaSizes S, class Policy = SISO>
 struct Mamba3Letter {
@@ -111,19 +133,10 @@ struct Mamba3Letter {
     static_assert(detail::validate_mamba_sizes<S, D>());
     using type = Block<Mamba3<T, B, Policy>>;  ///< the block this letter builds
     /// The Mamba-3 configuration derived from S and D.
-    static Mamba3Config config() {
-      Mamba3Config c;
-      c.d_model = D.d_model;
-      c.d_state = S.d_state;
-      c.headdim = S.headdim;
-      c.expand = S.expand;
-      c.chunk_size = S.chunk_size;
-      return c;
-    }
+    static Mamba3Config config() { return detail::mamba_config<Mamba3Config>(S, D.d_model); }
     /// Builds one block, drawing its initial weights from rng.
     static type make(Rng& rng) {
-      Mamba3<T, B, Policy> mixer(config(), rng);
-      return type(std::move(mixer), MLP<T, B>(D.d_model, rng, S.mlp_width(D.d_model)));
+      return detail::make_block_with_mlp<Mamba3<T, B, Policy>>(config(), D.d_model, S.mlp_width(D.d_model), rng);
     }
     /// "Mamba3 SISO N16 P32 x2 mlp 256".
     static std::string describe() {
@@ -146,19 +159,10 @@ struct Mamba2Letter {
     static_assert(detail::validate_mamba_sizes<S, D>());
     using type = Block<Mamba2<T, B>>;  ///< the block this letter builds
     /// The Mamba-2 configuration derived from S and D.
-    static Mamba2Config config() {
-      Mamba2Config c;
-      c.d_model = D.d_model;
-      c.d_state = S.d_state;
-      c.headdim = S.headdim;
-      c.expand = S.expand;
-      if (S.chunk_size) c.chunk_size = S.chunk_size;
-      return c;
-    }
+    static Mamba2Config config() { return detail::mamba_config<Mamba2Config>(S, D.d_model); }
     /// Builds one block, drawing its initial weights from rng.
     static type make(Rng& rng) {
-      Mamba2<T, B> mixer(config(), rng);
-      return type(std::move(mixer), MLP<T, B>(D.d_model, rng, S.mlp_width(D.d_model)));
+      return detail::make_block_with_mlp<Mamba2<T, B>>(config(), D.d_model, S.mlp_width(D.d_model), rng);
     }
     /// "Mamba2 N16 P32 x2 mlp 256".
     static std::string describe() {
