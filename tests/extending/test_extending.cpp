@@ -155,8 +155,8 @@ TEST_CASE("LM \"TA\" with the toy letter beside attention trains, and losses() r
   // total == main + sum_i w_i aux_i, one entry per toy block in layer order, the letter's weight
   const auto losses = model.losses(ids, targets, mask, docs);
   REQUIRE(losses.aux.size() == 2);  // layers 0 and 2
-  CHECK(losses.aux[0].name == "toy_activation_l2.0");
-  CHECK(losses.aux[1].name == "toy_activation_l2.1");
+  CHECK(losses.aux[0].name == "blocks.0.ffn.toy_activation_l2");
+  CHECK(losses.aux[1].name == "blocks.2.ffn.toy_activation_l2");
   double expected = losses.main.item();
   for (const auto& e : losses.aux) {
     CHECK(e.weight == kToySizes.aux_weight);

@@ -192,16 +192,6 @@ struct ToyEma {
 
 // --- the feed-forward, with an auxiliary loss ----------------------------------------------------
 
-/// `base` + "." + how many entries of `aux` already carry that base. AuxLosses names must be
-/// unique within one forward pass, and a part is not told which layer it sits in, so a part that
-/// appears in several layers numbers its entries in layer order ("toy_activation_l2.0", ".1").
-template <class T, Backend B>
-std::string numbered_aux_name(const AuxLosses<T, B>& aux, const std::string& base) {
-  std::size_t k = 0;
-  for (const auto& e : aux.entries()) k += e.name.rfind(base + ".", 0) == 0 ? 1 : 0;
-  return base + "." + std::to_string(k);
-}
-
 /// A SwiGLU feed-forward that adds an activation penalty (file comment); satisfies FeedForward.
 template <class T, Backend B>
 struct ToyGatedMlp {
@@ -223,7 +213,7 @@ struct ToyGatedMlp {
   /// x (..., d_model) -> (..., d_model); adds aux_weight * mean(hidden^2) to `aux`.
   V forward(const V& x, AuxLosses<T, B>& aux) const {
     const V hidden = mul(silu(gate.forward(x)), up.forward(x));  // (..., hidden)
-    if (aux_weight > 0) aux.add(numbered_aux_name(aux, "toy_activation_l2"), mean(mul(hidden, hidden)), aux_weight);
+    if (aux_weight > 0) aux.add("toy_activation_l2", mean(mul(hidden, hidden)), aux_weight);
     return down.forward(hidden);
   }
 

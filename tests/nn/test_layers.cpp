@@ -166,7 +166,7 @@ TEST_CASE("Block: NoMixer and NoFeedForward drop a residual branch; auxiliary lo
   AuxLosses<double, Cpu> aux;
   const auto y = block.forward(x, docs, aux);
   REQUIRE(aux.entries().size() == 1);
-  CHECK(aux.entries()[0].name == "penalty");
+  CHECK(aux.entries()[0].name == "ffn.penalty");  // the block scopes its parts' names
   CHECK(aux.entries()[0].weight == 0.25);
   CHECK(y.value().to_host() == block.forward(x, docs).value().to_host());
   const auto main = sum(y);
@@ -179,7 +179,15 @@ TEST_CASE("Block: NoMixer and NoFeedForward drop a residual branch; auxiliary lo
   // no auxiliary loss: the total is the main loss itself (the same Var, the same bits)
   CHECK(AuxLosses<double, Cpu>().add_to(main).id() == main.id());
 
-  CHECK_THROWS_WITH(aux.add("penalty", main, 1.0), Contains("auxiliary loss 'penalty' was added twice"));
+  CHECK_THROWS_WITH(aux.add("ffn.penalty", main, 1.0), Contains("auxiliary loss 'ffn.penalty' was added twice"));
+  {
+    const AuxLosses<double, Cpu>::Scope outer(aux, "blocks.3");
+    const AuxLosses<double, Cpu>::Scope inner(aux, "ffn");
+    aux.add("penalty", main, 1.0);  // the same part name in another layer is another entry
+    CHECK(aux.scope() == "blocks.3.ffn");
+  }
+  CHECK(aux.scope().empty());
+  CHECK(aux.entries().back().name == "blocks.3.ffn.penalty");
   CHECK_THROWS_WITH(aux.add("neg", main, -1.0), Contains("has weight -1: weights are finite and >= 0"));
   CHECK_THROWS_WITH(aux.add("vector", y, 1.0), Contains("auxiliary loss 'vector' must be a scalar, got shape (2, 3, 6)"));
 }

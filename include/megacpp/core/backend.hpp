@@ -98,6 +98,7 @@ template <class B>
 concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, std::size_t n,
                            index_t i, float s, const GemmArgs& g, In<float> in) {
   { B::name } -> std::convertible_to<std::string_view>;
+  { B::host_accessible } -> std::convertible_to<bool>;  // data() is dereferenceable on the host
   // memory
   { B::template allocate<float>(n) } -> std::same_as<float*>;
   B::template deallocate<float>(p, n);

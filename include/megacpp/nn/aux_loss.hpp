@@ -7,6 +7,9 @@
 //
 //   total loss = main loss + sum_i weight_i * aux_i                 (LM::loss, LM::losses)
 //
+// Names are scoped by where the producer sits: LM opens "blocks.<i>", Block opens "mixer" or
+// "ffn", so an MoE feed-forward's "balance" in layer 3 is "blocks.3.ffn.balance" and the same
+// block type in every layer still gives distinct names.
 // The weight belongs to the producer (an MoE layer's `aux_loss_weight`, MTP's scheduled lambda),
 // so a schedule changes it where it lives; a weight of 0 is allowed (the producer may then skip
 // the computation). With no auxiliary loss the total is the main loss itself, the same graph and
@@ -34,9 +37,27 @@ class AuxLosses {
     double weight;     ///< factor of the loss in the total
   };
 
-  /// Adds `weight * loss` to the total under `name`; throws when the loss is not a scalar, the
-  /// weight is negative or not finite, or the name is already taken.
-  void add(std::string name, Var<T, B> loss, double weight) {
+  /// While alive, names added are prefixed with `part` (after the scopes already open); the
+  /// scope closes when this object goes away.
+  class Scope {
+   public:
+    /// Opens `part` inside `losses`' current scope.
+    Scope(AuxLosses& losses, const std::string& part) : losses_(losses), saved_(losses.prefix_.size()) {
+      losses_.prefix_ += losses_.prefix_.empty() ? part : "." + part;
+    }
+    ~Scope() { losses_.prefix_.resize(saved_); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    AuxLosses& losses_;
+    std::size_t saved_;
+  };
+
+  /// Adds `weight * loss` to the total under the current scope + `name`; throws when the loss is
+  /// not a scalar, the weight is negative or not finite, or the name is already taken.
+  void add(const std::string& part_name, Var<T, B> loss, double weight) {
+    std::string name = prefix_.empty() ? part_name : prefix_ + "." + part_name;
     check(loss.defined() && loss.shape().numel() == 1 && loss.rank() == 0, "AuxLosses::add", "auxiliary loss '",
           name, "' must be a scalar, got shape ", loss.defined() ? loss.shape() : Shape{});
     check(std::isfinite(weight) && weight >= 0, "AuxLosses::add", "auxiliary loss '", name,
@@ -45,6 +66,9 @@ class AuxLosses {
       check(e.name != name, "AuxLosses::add", "auxiliary loss '", name, "' was added twice in one forward pass");
     entries_.push_back({std::move(name), std::move(loss), weight});
   }
+
+  /// The current scope ("blocks.3.ffn"; empty at the top).
+  const std::string& scope() const { return prefix_; }
 
   /// True when nothing was added.
   bool empty() const { return entries_.empty(); }
@@ -61,6 +85,7 @@ class AuxLosses {
 
  private:
   std::vector<Entry> entries_;
+  std::string prefix_;
 };
 
 }  // namespace megacpp

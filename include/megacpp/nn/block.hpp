@@ -17,6 +17,7 @@
 #pragma once
 
 #include <concepts>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -42,6 +43,7 @@ concept Mixer = requires(const M& cm, const Var<typename M::value_type, typename
   requires requires { { cm.forward(x, docs) } -> std::same_as<Var<typename M::value_type, typename M::backend_type>>; } ||
                requires { { cm.forward(x, docs, aux) } -> std::same_as<Var<typename M::value_type, typename M::backend_type>>; };
   requires Module<M, typename M::value_type, typename M::backend_type>;
+  requires std::default_initializable<M>;  // LM holds its blocks in a std::tuple built then assigned
 };
 
 /// A per-position network: x (..., d_model) -> (..., d_model), optionally adding auxiliary
@@ -53,6 +55,7 @@ concept FeedForward = requires(const F& cf, const Var<typename F::value_type, ty
   requires requires { { cf.forward(x) } -> std::same_as<Var<typename F::value_type, typename F::backend_type>>; } ||
                requires { { cf.forward(x, aux) } -> std::same_as<Var<typename F::value_type, typename F::backend_type>>; };
   requires Module<F, typename F::value_type, typename F::backend_type>;
+  requires std::default_initializable<F>;
 };
 
 /// Stands in for the mixer of a block that has none: the block is x + ffn(RMSNorm(x)).
@@ -124,11 +127,11 @@ struct Block {
   static constexpr bool has_feed_forward = !detail::is_no_feed_forward<FFN>;  ///< false for NoFeedForward
   static_assert(!has_mixer || Mixer<MixerT>,
                 "megacpp_block_needs_a_mixer: Block<M, F>'s first argument must be a Mixer (value_type, backend_type, "
-                "forward(x, docs) or forward(x, docs, aux) -> Var, for_each_param), or NoMixer<T, B>; a per-position "
+                "forward(x, docs) or forward(x, docs, aux) -> Var, for_each_param, default constructible), or NoMixer<T, B>; a per-position "
                 "network such as MLP goes second (see docs/extending.md)");
   static_assert(!has_feed_forward || FeedForward<FFN>,
                 "megacpp_block_needs_a_feed_forward: Block<M, F>'s second argument must be a FeedForward (value_type, "
-                "backend_type, forward(x) or forward(x, aux) -> Var, for_each_param), or NoFeedForward<T, B>; a "
+                "backend_type, forward(x) or forward(x, aux) -> Var, for_each_param, default constructible), or NoFeedForward<T, B>; a "
                 "sequence mixer goes first (see docs/extending.md)");
   static_assert(std::is_same_v<typename FFN::value_type, value_type> && std::is_same_v<typename FFN::backend_type, backend_type>,
                 "megacpp_block_parts_disagree: the mixer and the feed-forward of a Block must have the same element "
@@ -186,8 +189,14 @@ struct Block {
  private:
   V forward_impl(const V& x, const DocumentLayout<backend_type>& docs, Aux* aux) const {
     V h = x;
-    if constexpr (has_mixer) h = x + detail::forward_part(mixer, aux, rmsnorm(x, norm_eps), docs);
-    if constexpr (has_feed_forward) h = h + detail::forward_part(ffn, aux, rmsnorm(h, norm_eps));
+    if constexpr (has_mixer) {
+      const auto scope = aux ? std::optional<typename Aux::Scope>(std::in_place, *aux, "mixer") : std::nullopt;
+      h = x + detail::forward_part(mixer, aux, rmsnorm(x, norm_eps), docs);
+    }
+    if constexpr (has_feed_forward) {
+      const auto scope = aux ? std::optional<typename Aux::Scope>(std::in_place, *aux, "ffn") : std::nullopt;
+      h = h + detail::forward_part(ffn, aux, rmsnorm(h, norm_eps));
+    }
     return h;
   }
 };

@@ -50,10 +50,22 @@ struct HeadSoftcap {
 /// No cap on the final logits.
 using NoHeadSoftcap = HeadSoftcap<0>;
 
+namespace detail {
+// True when every letter of the pattern maps to a recipe meeting BlockFactory.
+template <class T, class B, Dims D, class PatternT, class LettersT, std::size_t... I>
+constexpr bool letters_are_factories(std::index_sequence<I...>) {
+  return (BlockFactory<typename letter_entry<PatternT::letter(I), LettersT>::type::template factory<T, B, D>> && ...);
+}
+}  // namespace detail
+
 /// A causal language model whose block sequence is fixed at compile time.
 template <class T, Backend B, Dims D, class PatternT, class LettersT, class HeadCap = HeadSoftcap<30>>
 struct LM {
   static_assert(validate_dims<D>());
+  static_assert(detail::letters_are_factories<T, B, D, PatternT, LettersT>(std::make_index_sequence<PatternT::size>{}),
+                "megacpp_letter_not_a_block_factory: every letter of the pattern needs a recipe L whose "
+                "L::factory<T, B, D> has type, make(rng) -> type and describe() -> std::string (see "
+                "megacpp/nn/model/letters.hpp and docs/extending.md)");
 
   using value_type = T;                            ///< element type
   using backend_type = B;                          ///< backend
@@ -125,8 +137,7 @@ struct LM {
   /// `aux` (dropped when there is no collector).
   V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
     V x = embedding_forward(input_ids);
-    if (aux) std::apply([&](const auto&... block) { ((x = block.forward(x, docs, *aux)), ...); }, blocks);
-    else std::apply([&](const auto&... block) { ((x = block.forward(x, docs)), ...); }, blocks);
+    forward_blocks(x, docs, aux, std::make_index_sequence<D.n_layers>{});
     return rmsnorm(x, norm_eps);
   }
 
@@ -271,6 +282,17 @@ struct LM {
   }
 
   V embedding_forward(const Tensor<std::int32_t, B>& input_ids) const { return megacpp::embedding(embedding.var, input_ids); }
+
+  // x through every block; layer I's auxiliary losses are named "blocks.I.<...>".
+  template <std::size_t... I>
+  void forward_blocks(V& x, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux, std::index_sequence<I...>) const {
+    const auto one = [&](const auto& block, std::size_t layer) {
+      if (!aux) return block.forward(x, docs);
+      const typename AuxLosses<T, B>::Scope scope(*aux, "blocks." + std::to_string(layer));
+      return block.forward(x, docs, *aux);
+    };
+    ((x = one(std::get<I>(blocks), I)), ...);
+  }
 
   template <std::size_t... I>
   void init_blocks(Rng& rng, std::index_sequence<I...>) {

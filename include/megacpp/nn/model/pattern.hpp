@@ -74,9 +74,21 @@ template <char C, class L, class... Rest>
 struct find_letter<C, L, Rest...> {
   using type = std::conditional_t<L::letter == C, L, typename find_letter<C, Rest...>::type>;
 };
+// What an unknown letter resolves to after its static_assert: a placeholder recipe that meets
+// BlockFactory, so the one message is not followed by a cascade of errors about `void`.
+struct UnknownLetter {
+  template <class T, class B, Dims D>
+  struct factory {
+    struct type {
+      using cache_type = int;
+    };
+    static type make(Rng&) { return {}; }
+    static std::string describe() { return "unknown letter"; }
+  };
+};
 template <char C>
 struct find_letter<C> {
-  using type = void;
+  using type = Letter<C, UnknownLetter>;
 };
 
 template <char C, class LettersT>
