@@ -2,10 +2,11 @@
 //
 // Every case of backend_cases.hpp runs on Cuda in float and double, is compared with the CPU
 // backend's result for the same inputs (cpu_reference.cpp), and is run a second time to check
-// that the CUDA result is bitwise reproducible. Tolerance: 1e-5 (float) and 1e-10 (double)
-// relative to each element plus the output's largest magnitude, so elements that cancel to
-// near zero are judged at the output's scale; cases with the same operation order on both
-// backends must match exactly. Then checks that need no CPU reference: conversions and fill
+// that the CUDA result is bitwise reproducible. Tolerance (kBackendTolerance,
+// tests/support/backend_harness.hpp): 1e-5 (float) and 1e-10 (double) relative to each element
+// plus the output's largest magnitude, so elements that cancel to near zero are judged at the
+// output's scale; cases with the same operation order on both backends must match exactly.
+// Then checks that need no CPU reference: conversions and fill
 // against the host's convert_element bit for bit, gradcheck on the device, memory accounting,
 // error reporting.
 //
@@ -58,54 +59,19 @@ class Report {
   int passed_ = 0, failed_ = 0;
 };
 
-std::string describe(std::size_t output, std::size_t index, double got, double want) {
-  return "output " + std::to_string(output) + " element " + std::to_string(index) + ": cuda " + std::to_string(got) +
-         ", reference " + std::to_string(want) + ", |diff| " + std::to_string(std::abs(got - want));
-}
-
-// "" when every element of `got` is within rtol of `want` (see the file comment); otherwise the
-// worst element. NaN must meet NaN and infinities must be equal.
-std::string compare(const Outputs& got, const Outputs& want, double rtol) {
-  if (got.size() != want.size())
-    return std::to_string(got.size()) + " outputs, reference has " + std::to_string(want.size());
-  std::string worst;
-  double worst_excess = 0;
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    if (got[k].size() != want[k].size())
-      return "output " + std::to_string(k) + " has " + std::to_string(got[k].size()) + " elements, reference " +
-             std::to_string(want[k].size());
-    double scale = 0;
-    for (double w : want[k])
-      if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
-    for (std::size_t i = 0; i < want[k].size(); ++i) {
-      const double g = got[k][i], w = want[k][i];
-      if (std::isnan(g) || std::isnan(w) || std::isinf(g) || std::isinf(w)) {
-        if (!(std::isnan(g) && std::isnan(w)) && g != w) return describe(k, i, g, w);
-        continue;
-      }
-      const double excess = std::abs(g - w) - rtol * (std::abs(w) + scale);
-      if (excess > worst_excess) {
-        worst_excess = excess;
-        worst = describe(k, i, g, w);
-      }
-    }
-  }
-  return worst;
-}
-
 template <class T>
 void run_cases(Report& report) {
   constexpr bool is_double = std::is_same_v<T, double>;
-  const double rtol = is_double ? 1e-10 : 1e-5;
+  const double rtol = testing::kBackendTolerance.rtol<T>();
   const auto cases = all_cases<T, Cuda>();
   for (std::size_t i = 0; i < cases.size(); ++i) {
     report.run(std::string(cases[i].name) + (is_double ? " [double]" : " [float]"), [&]() -> std::string {
       Harness<T, Cuda> first(case_seed(i));
       const Outputs got = cases[i].run(first);
-      std::string why = compare(got, cpu_reference(i, is_double), cases[i].exact ? 0.0 : rtol);
+      std::string why = testing::compare_outputs(got, cpu_reference(i, is_double), cases[i].exact ? 0.0 : rtol);
       if (!why.empty()) return "differs from the CPU backend: " + why;
       Harness<T, Cuda> second(case_seed(i));
-      why = compare(cases[i].run(second), got, 0.0);
+      why = testing::compare_outputs(cases[i].run(second), got, 0.0);
       return why.empty() ? why : "not reproducible run to run: " + why;
     });
   }
