@@ -65,7 +65,11 @@ void sequential_scan_host(const ScanGeometry& g, const std::int32_t* doc_ids, co
                           const T* log_alpha, const T* gamma, const T* shift, const T* D, T* y) {
   const index_t R = g.rank, N = g.d_state, P = g.head_dim, items = g.batch * g.heads;
   const index_t heads_per_group = g.heads / g.groups;
+  // Guarded: this layer header is also compiled for the CUDA backend by nvcc, whose host pass has
+  // no -fopenmp (an unknown pragma is an error under -Wall -Werror); the loop then runs serially.
+#if defined(_OPENMP)
 #pragma omp parallel for schedule(static)
+#endif
   for (index_t item = 0; item < items; ++item) {
     const index_t b = item / g.heads, h = item % g.heads, grp = h / heads_per_group;
     std::vector<T> state(static_cast<std::size_t>(N * P)), k_prev(static_cast<std::size_t>(R * N)),
