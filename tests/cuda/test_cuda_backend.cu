@@ -6,9 +6,16 @@
 // tests/support/backend_harness.hpp): 1e-5 (float) and 1e-10 (double) relative to each element
 // plus the output's largest magnitude, so elements that cancel to near zero are judged at the
 // output's scale; cases with the same operation order on both backends must match exactly.
-// Then checks that need no CPU reference: conversions and fill
-// against the host's convert_element bit for bit, gradcheck on the device, memory accounting,
-// error reporting.
+//
+// Then every kernel case (tests/support/kernel_cases.hpp) of each contract in kernels::AllKernels
+// that Cuda implements, through check_kernel_case: the fused op on Cuda against its naive
+// reference on Cuda, and against the CPU backend's fused op for the same inputs (reproducible run
+// to run). A contract Cuda does not implement yet is printed as "<Name>: not implemented by Cuda"
+// and counted apart, never as passed (its case code is not even instantiated for Cuda: calling an
+// unimplemented contract does not compile).
+//
+// Then checks that need no CPU reference: conversions and fill against the host's
+// convert_element bit for bit, gradcheck on the device, memory accounting, error reporting.
 //
 // Without a device it prints exactly "no CUDA device: CUDA backend tests skipped" and exits 0;
 // CTest's SKIP_REGULAR_EXPRESSION turns that into a skipped test. A plain main (not Catch2)
@@ -24,6 +31,8 @@
 
 #include "backend_cases.hpp"
 #include "cpu_reference.hpp"
+#include "support/kernel_cases.hpp"
+
 #include "megacpp/backends/cuda.cuh"
 
 namespace megacpp::backend_test {
@@ -42,6 +51,10 @@ class Report {
     } catch (const std::exception& e) {
       why = std::string("threw: ") + e.what();
     }
+    record(name, why);
+  }
+  // Records a check that ran elsewhere: `why` is "" on success or what went wrong.
+  void record(const std::string& name, const std::string& why) {
     if (why.empty()) {
       ++passed_;
       std::printf("PASS  %s\n", name.c_str());
@@ -50,13 +63,17 @@ class Report {
       std::printf("FAIL  %s: %s\n", name.c_str(), why.c_str());
     }
   }
+  // A kernel contract Cuda does not implement: neither passed nor failed, named in the summary.
+  void not_implemented(const std::string& contract) { missing_ += (missing_.empty() ? "" : ", ") + contract; }
   int finish() const {
     std::printf("%d checks passed, %d failed\n", passed_, failed_);
+    if (!missing_.empty()) std::printf("kernel contracts not implemented by Cuda (not run): %s\n", missing_.c_str());
     return failed_ ? 1 : 0;
   }
 
  private:
   int passed_ = 0, failed_ = 0;
+  std::string missing_;
 };
 
 template <class T>
@@ -75,6 +92,48 @@ void run_cases(Report& report) {
       return why.empty() ? why : "not reproducible run to run: " + why;
     });
   }
+}
+
+// --- kernel contracts: the registry's cases, Cuda against its reference and against the CPU -----
+
+// Prints one line per contract Cuda does not implement yet ("<Name>: not implemented by Cuda") and,
+// given a report, records each so that the summary names it: never counted as passed.
+void report_kernel_coverage(Report* report) {
+  testing::for_each_kernel(kernels::AllKernels{}, [&]<template <class> class Kernel>(std::size_t contract) {
+    if constexpr (!kernels::Implemented<Kernel<Cuda>>) {
+      const std::string name(kernels::kKernelNames[contract]);
+      std::printf("%s: not implemented by Cuda (%zu CPU cases not compared)\n", name.c_str(),
+                  cpu_kernel_case_count(contract));
+      if (report) report->not_implemented(name);
+    }
+  });
+}
+
+// Every case of every contract Cuda implements: the table must match the CPU translation unit's,
+// then check_kernel_case runs (a) fused vs reference on Cuda and (c) Cuda vs the CPU. The case
+// code is instantiated for Cuda only inside `if constexpr`: an unimplemented contract's would not
+// compile.
+void run_kernel_cases(Report& report) {
+  testing::for_each_kernel(kernels::AllKernels{}, [&]<template <class> class Kernel>(std::size_t contract) {
+    if constexpr (kernels::Implemented<Kernel<Cuda>>) {
+      const auto cases = testing::KernelCases<Kernel>::template cases<float, Cuda>();
+      const std::string name(kernels::kKernelNames[contract]);
+      report.run(name + ": the CPU and CUDA translation units see the same case table", [&]() -> std::string {
+        if (cases.size() != cpu_kernel_case_count(contract)) return "case counts differ: rebuild both translation units";
+        for (std::size_t i = 0; i < cases.size(); ++i)
+          if (cpu_kernel_case_name(contract, i) != cases[i].name) return "case " + std::to_string(i) + " is named differently";
+        return "";
+      });
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        const testing::KernelChecks checks{
+            .reference = true,
+            .other_backend = [contract, i](bool use_double) { return cpu_kernel_outputs(contract, i, use_double); },
+            .other_name = "CPU"};
+        for (const testing::KernelCheckResult& r : testing::check_kernel_case<Kernel, Cuda>(i, checks))
+          report.record(r.what, r.failure);
+      }
+    }
+  });
 }
 
 // --- conversions and fill, bit for bit against the host ----------------------------------------
@@ -176,6 +235,7 @@ int main() {
   using namespace megacpp;
   using namespace megacpp::backend_test;
   if (!Cuda::device_available()) {
+    report_kernel_coverage(nullptr);
     std::puts("no CUDA device: CUDA backend tests skipped");
     return 0;
   }
@@ -195,6 +255,8 @@ int main() {
   });
   run_cases<float>(report);
   run_cases<double>(report);
+  report_kernel_coverage(&report);
+  run_kernel_cases(report);
   check_all_converts(report, StorageTypes{});
   report.run("fill bf16", [] { return check_fill(bf16(1.5f)); });
   report.run("fill f16", [] { return check_fill(f16(-0.333f)); });
