@@ -3,17 +3,18 @@
 //
 // The same cases are instantiated for Cpu (cpu_reference.cpp, compiled by the host compiler)
 // and for Cuda (test_cuda_backend.cu, compiled by nvcc); the CUDA test compares the two
-// (ggml's test-backend-ops idea: backend against backend). Inputs are drawn on the host from a
-// seeded Rng, so both backends see bitwise the same data. A case returns its outputs as
-// doubles: the forward value, then the gradient of each input (for a random upstream gradient).
-// This header includes no backend, so nvcc never sees Eigen.
+// (ggml's test-backend-ops idea: backend against backend). The harness a case runs in (inputs
+// drawn on the host from a seeded Rng, results as doubles) is tests/support/backend_harness.hpp,
+// shared with the kernel cases (tests/support/kernel_cases.hpp). This header includes no
+// backend, so nvcc never sees Eigen.
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+#include "support/backend_harness.hpp"
 
 #include "megacpp/autograd.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
@@ -21,51 +22,8 @@
 
 namespace megacpp::backend_test {
 
-using Outputs = std::vector<std::vector<double>>;
-
-template <class T, Backend B>
-class Harness {
- public:
-  using Tens = Tensor<T, B>;
-  using V = Var<T, B>;
-
-  explicit Harness(std::uint64_t seed) : rng_(seed) {}
-
-  Tens uniform(Shape s, double lo = -1.0, double hi = 1.0) { return rand_uniform<T, B>(s, rng_, lo, hi); }
-  V param(Shape s, double lo = -1.0, double hi = 1.0) { return V::parameter(uniform(s, lo, hi)); }
-  Tens filled(Shape s, T value) { return Tens::full(s, value); }
-  Tensor<std::int32_t, B> ids(Shape s, std::int32_t limit) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(s.numel()));
-    for (auto& x : v) x = static_cast<std::int32_t>(rng_.below(static_cast<std::uint64_t>(limit)));
-    return Tensor<std::int32_t, B>::from_host(s, v);
-  }
-
-  // Backpropagates a random upstream gradient from y; returns y, then each input's gradient
-  // (zeros for inputs that received none).
-  Outputs finish(V y, std::initializer_list<V> inputs) {
-    const Tens gy = uniform(y.shape());
-    backward(y, gy);
-    Outputs out{doubles(y.value())};
-    for (const V& x : inputs)
-      out.push_back(x.grad().defined() ? doubles(x.grad()) : std::vector<double>(static_cast<std::size_t>(x.numel()), 0.0));
-    return out;
-  }
-  // Outputs of kernel-level cases: the buffers the kernels wrote.
-  static Outputs values(std::initializer_list<Tens> tensors) {
-    Outputs out;
-    for (const Tens& t : tensors) out.push_back(doubles(t));
-    return out;
-  }
-  template <class U>
-  static std::vector<double> doubles(const Tensor<U, B>& t) {
-    std::vector<double> out;
-    for (const U& x : t.to_host()) out.push_back(static_cast<double>(x));
-    return out;
-  }
-
- private:
-  Rng rng_;
-};
+using testing::Harness;
+using testing::Outputs;
 
 template <class T, Backend B>
 struct Case {

@@ -3,7 +3,9 @@
 //
 // The CPU backend is built on Eigen, which does not compile cleanly under nvcc; so it lives in
 // its own translation unit (cpu_reference.cpp, host compiler) and the CUDA test reaches it only
-// through these declarations. Cases are addressed by their index in all_cases<T, B>().
+// through these declarations. Op cases are addressed by their index in all_cases<T, B>(); kernel
+// cases (tests/support/kernel_cases.hpp) by their contract's index in kernels::AllKernels and
+// their index in that contract's table.
 #pragma once
 
 #include <cstddef>
@@ -19,5 +21,14 @@ std::string cpu_case_name(std::size_t index);
 
 // Outputs of case `index` run on the CPU backend in float (use_double = false) or double.
 std::vector<std::vector<double>> cpu_reference(std::size_t index, bool use_double);
+
+// Number of cases of kernel contract `contract` and the name of one, as the CPU translation unit
+// sees the tables.
+std::size_t cpu_kernel_case_count(std::size_t contract);
+std::string cpu_kernel_case_name(std::size_t contract, std::size_t index);
+
+// The fused op's outputs (value, then input gradients) of kernel case `index` of contract
+// `contract` on the CPU backend, in float (use_double = false) or double.
+std::vector<std::vector<double>> cpu_kernel_outputs(std::size_t contract, std::size_t index, bool use_double);
 
 }  // namespace megacpp::backend_test

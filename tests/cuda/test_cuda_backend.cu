@@ -2,12 +2,20 @@
 //
 // Every case of backend_cases.hpp runs on Cuda in float and double, is compared with the CPU
 // backend's result for the same inputs (cpu_reference.cpp), and is run a second time to check
-// that the CUDA result is bitwise reproducible. Tolerance: 1e-5 (float) and 1e-10 (double)
-// relative to each element plus the output's largest magnitude, so elements that cancel to
-// near zero are judged at the output's scale; cases with the same operation order on both
-// backends must match exactly. Then checks that need no CPU reference: conversions and fill
-// against the host's convert_element bit for bit, gradcheck on the device, memory accounting,
-// error reporting.
+// that the CUDA result is bitwise reproducible. Tolerance (kBackendTolerance,
+// tests/support/backend_harness.hpp): 1e-5 (float) and 1e-10 (double) relative to each element
+// plus the output's largest magnitude, so elements that cancel to near zero are judged at the
+// output's scale; cases with the same operation order on both backends must match exactly.
+//
+// Then every kernel case (tests/support/kernel_cases.hpp) of each contract in kernels::AllKernels
+// that Cuda implements, through check_kernel_case: the fused op on Cuda against its naive
+// reference on Cuda, and against the CPU backend's fused op for the same inputs (reproducible run
+// to run). A contract Cuda does not implement yet is printed as "<Name>: not implemented by Cuda"
+// and counted apart, never as passed (its case code is not even instantiated for Cuda: calling an
+// unimplemented contract does not compile).
+//
+// Then checks that need no CPU reference: conversions and fill against the host's
+// convert_element bit for bit, gradcheck on the device, memory accounting, error reporting.
 //
 // Without a device it prints exactly "no CUDA device: CUDA backend tests skipped" and exits 0;
 // CTest's SKIP_REGULAR_EXPRESSION turns that into a skipped test. A plain main (not Catch2)
@@ -23,6 +31,8 @@
 
 #include "backend_cases.hpp"
 #include "cpu_reference.hpp"
+#include "support/kernel_cases.hpp"
+
 #include "megacpp/backends/cuda.cuh"
 
 namespace megacpp::backend_test {
@@ -41,6 +51,10 @@ class Report {
     } catch (const std::exception& e) {
       why = std::string("threw: ") + e.what();
     }
+    record(name, why);
+  }
+  // Records a check that ran elsewhere: `why` is "" on success or what went wrong.
+  void record(const std::string& name, const std::string& why) {
     if (why.empty()) {
       ++passed_;
       std::printf("PASS  %s\n", name.c_str());
@@ -49,66 +63,77 @@ class Report {
       std::printf("FAIL  %s: %s\n", name.c_str(), why.c_str());
     }
   }
+  // A kernel contract Cuda does not implement: neither passed nor failed, named in the summary.
+  void not_implemented(const std::string& contract) { missing_ += (missing_.empty() ? "" : ", ") + contract; }
   int finish() const {
     std::printf("%d checks passed, %d failed\n", passed_, failed_);
+    if (!missing_.empty()) std::printf("kernel contracts not implemented by Cuda (not run): %s\n", missing_.c_str());
     return failed_ ? 1 : 0;
   }
 
  private:
   int passed_ = 0, failed_ = 0;
+  std::string missing_;
 };
-
-std::string describe(std::size_t output, std::size_t index, double got, double want) {
-  return "output " + std::to_string(output) + " element " + std::to_string(index) + ": cuda " + std::to_string(got) +
-         ", reference " + std::to_string(want) + ", |diff| " + std::to_string(std::abs(got - want));
-}
-
-// "" when every element of `got` is within rtol of `want` (see the file comment); otherwise the
-// worst element. NaN must meet NaN and infinities must be equal.
-std::string compare(const Outputs& got, const Outputs& want, double rtol) {
-  if (got.size() != want.size())
-    return std::to_string(got.size()) + " outputs, reference has " + std::to_string(want.size());
-  std::string worst;
-  double worst_excess = 0;
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    if (got[k].size() != want[k].size())
-      return "output " + std::to_string(k) + " has " + std::to_string(got[k].size()) + " elements, reference " +
-             std::to_string(want[k].size());
-    double scale = 0;
-    for (double w : want[k])
-      if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
-    for (std::size_t i = 0; i < want[k].size(); ++i) {
-      const double g = got[k][i], w = want[k][i];
-      if (std::isnan(g) || std::isnan(w) || std::isinf(g) || std::isinf(w)) {
-        if (!(std::isnan(g) && std::isnan(w)) && g != w) return describe(k, i, g, w);
-        continue;
-      }
-      const double excess = std::abs(g - w) - rtol * (std::abs(w) + scale);
-      if (excess > worst_excess) {
-        worst_excess = excess;
-        worst = describe(k, i, g, w);
-      }
-    }
-  }
-  return worst;
-}
 
 template <class T>
 void run_cases(Report& report) {
   constexpr bool is_double = std::is_same_v<T, double>;
-  const double rtol = is_double ? 1e-10 : 1e-5;
+  const double rtol = testing::kBackendTolerance.rtol<T>();
   const auto cases = all_cases<T, Cuda>();
   for (std::size_t i = 0; i < cases.size(); ++i) {
     report.run(std::string(cases[i].name) + (is_double ? " [double]" : " [float]"), [&]() -> std::string {
       Harness<T, Cuda> first(case_seed(i));
       const Outputs got = cases[i].run(first);
-      std::string why = compare(got, cpu_reference(i, is_double), cases[i].exact ? 0.0 : rtol);
+      std::string why = testing::compare_outputs(got, cpu_reference(i, is_double), cases[i].exact ? 0.0 : rtol);
       if (!why.empty()) return "differs from the CPU backend: " + why;
       Harness<T, Cuda> second(case_seed(i));
-      why = compare(cases[i].run(second), got, 0.0);
+      why = testing::compare_outputs(cases[i].run(second), got, 0.0);
       return why.empty() ? why : "not reproducible run to run: " + why;
     });
   }
+}
+
+// --- kernel contracts: the registry's cases, Cuda against its reference and against the CPU -----
+
+// Prints one line per contract Cuda does not implement yet ("<Name>: not implemented by Cuda") and,
+// given a report, records each so that the summary names it: never counted as passed.
+void report_kernel_coverage(Report* report) {
+  testing::for_each_kernel(kernels::AllKernels{}, [&]<template <class> class Kernel>(std::size_t contract) {
+    if constexpr (!kernels::Implemented<Kernel<Cuda>>) {
+      const std::string name(kernels::kKernelNames[contract]);
+      std::printf("%s: not implemented by Cuda (%zu CPU cases not compared)\n", name.c_str(),
+                  cpu_kernel_case_count(contract));
+      if (report) report->not_implemented(name);
+    }
+  });
+}
+
+// Every case of every contract Cuda implements: the table must match the CPU translation unit's,
+// then check_kernel_case runs (a) fused vs reference on Cuda and (c) Cuda vs the CPU. The case
+// code is instantiated for Cuda only inside `if constexpr`: an unimplemented contract's would not
+// compile.
+void run_kernel_cases(Report& report) {
+  testing::for_each_kernel(kernels::AllKernels{}, [&]<template <class> class Kernel>(std::size_t contract) {
+    if constexpr (kernels::Implemented<Kernel<Cuda>>) {
+      const auto cases = testing::KernelCases<Kernel>::template cases<float, Cuda>();
+      const std::string name(kernels::kKernelNames[contract]);
+      report.run(name + ": the CPU and CUDA translation units see the same case table", [&]() -> std::string {
+        if (cases.size() != cpu_kernel_case_count(contract)) return "case counts differ: rebuild both translation units";
+        for (std::size_t i = 0; i < cases.size(); ++i)
+          if (cpu_kernel_case_name(contract, i) != cases[i].name) return "case " + std::to_string(i) + " is named differently";
+        return "";
+      });
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        const testing::KernelChecks checks{
+            .reference = true,
+            .other_backend = [contract, i](bool use_double) { return cpu_kernel_outputs(contract, i, use_double); },
+            .other_name = "CPU"};
+        for (const testing::KernelCheckResult& r : testing::check_kernel_case<Kernel, Cuda>(i, checks))
+          report.record(r.what, r.failure);
+      }
+    }
+  });
 }
 
 // --- conversions and fill, bit for bit against the host ----------------------------------------
@@ -210,6 +235,7 @@ int main() {
   using namespace megacpp;
   using namespace megacpp::backend_test;
   if (!Cuda::device_available()) {
+    report_kernel_coverage(nullptr);
     std::puts("no CUDA device: CUDA backend tests skipped");
     return 0;
   }
@@ -229,6 +255,8 @@ int main() {
   });
   run_cases<float>(report);
   run_cases<double>(report);
+  report_kernel_coverage(&report);
+  run_kernel_cases(report);
   check_all_converts(report, StorageTypes{});
   report.run("fill bf16", [] { return check_fill(bf16(1.5f)); });
   report.run("fill f16", [] { return check_fill(f16(-0.333f)); });
