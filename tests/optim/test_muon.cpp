@@ -20,7 +20,7 @@ double ns5_scalar(double sigma) {
 
 const std::vector<double> kQ{0.6, -0.8, 0.8, 0.6};  // orthogonal: every gradient k Q has singular values |k|
 
-// Reference Muon step on host doubles (the seed's Muon.step, written out).
+// Reference Muon step on host doubles (modded-nanogpt's Muon.step, written out).
 struct ReferenceMuon {
   double lr = 0.02, momentum = 0.95, weight_decay = 0.0;
   bool nesterov = true;
@@ -99,7 +99,7 @@ TEST_CASE("Muon: the Moonlight shape scale is 0.2 sqrt(max(rows, cols))", "[opti
   for (int i = 0; i < 4; ++i) CHECK(w.value().to_host()[i] == Approx(w0[i] - 0.01 * 0.2 * std::sqrt(2.0) * f5 * kQ[i]).epsilon(1e-13));
 }
 
-TEST_CASE("Muon matches the reference step (seed 003) on random matrices of both orientations", "[optim][muon]") {
+TEST_CASE("Muon matches the reference step (modded-nanogpt) on random matrices of both orientations", "[optim][muon]") {
   for (const auto& [rows, cols] : std::vector<std::pair<index_t, index_t>>{{24, 40}, {40, 24}}) {
     Rng rng(77);
     Param<double, Cpu> w = Param<double, Cpu>::normal({rows, cols}, Role::matrix, rng, 1.0);

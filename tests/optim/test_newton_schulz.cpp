@@ -1,5 +1,5 @@
 // Newton-Schulz orthogonalisation: singular values land in the expected band, the GEMM path
-// matches the naive double reference (seed 003's Python, line by line), both orientations.
+// matches the naive double reference (modded-nanogpt's zeropower_via_newtonschulz5, line by line), both orientations.
 #include <cmath>
 #include <vector>
 
@@ -119,7 +119,7 @@ TEST_CASE("NS preserves the null space: a rank-deficient input keeps zero singul
   CHECK(s[16] < 1e-10);
 }
 
-TEST_CASE("newton_schulz matches the naive double reference (the seed's Python, line by line)", "[optim][newton_schulz]") {
+TEST_CASE("newton_schulz matches the naive double reference (modded-nanogpt's Python, line by line)", "[optim][newton_schulz]") {
   for (const auto& [rows, cols] : std::vector<std::pair<index_t, index_t>>{{24, 40}, {40, 24}, {32, 32}, {1, 7}, {7, 1}}) {
     const auto g = gaussian(rows * cols, 10 + static_cast<std::uint64_t>(rows));
     INFO("G (" << rows << ", " << cols << ")");

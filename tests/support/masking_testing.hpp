@@ -25,7 +25,7 @@ inline constexpr MambaSizes kOneBlockMamba{.d_state = 8, .headdim = 16, .expand 
 template <class T, FixedString P>
 using OneBlockLM = RecipeLM<T, Cpu, kOneBlockDims, P, kOneBlockAttention, kOneBlockMamba>;
 
-// Output projections start at zero (each block is the identity at init, RECIPE.md), so a masking
+// Output projections start at zero (each block is the identity at init, docs/recipe.md), so a masking
 // check on a fresh model would see no mixer at all: give every hidden matrix random weights.
 template <class Model>
 void randomise_matrices(Model& model, std::uint64_t seed, double std = 0.2) {

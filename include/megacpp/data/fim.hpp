@@ -2,7 +2,7 @@
 //
 // FIM (Bavarian et al. 2022, arXiv 2207.14255), PSM order: a document
 //   BOS body EOS   becomes   BOS <PRE> prefix <SUF> suffix <MID> middle EOS
-// where body = prefix + middle + suffix. RECIPE.md: code is 40% next-token, 40% random FIM
+// where body = prefix + middle + suffix. docs/recipe.md: code is 40% next-token, 40% random FIM
 // (cut points uniform), 20% structured FIM (docstring/comment prefix -> body middle); and no loss
 // on a target the input trivially leaks. The prefix and suffix are given to the model as context,
 // so their targets carry no FIM signal and are masked; the middle and its EOS are learned.

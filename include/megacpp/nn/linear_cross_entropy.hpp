@@ -1,8 +1,8 @@
 // megacpp/nn/linear_cross_entropy.hpp: fused LM head + softcap + cross-entropy.
 //
-//   z = h W^T (N, V),  zc = cap * tanh(z / cap) (Gemma 2 final-logit softcap, RECIPE.md: cap 30),
+//   z = h W^T (N, V),  zc = cap * tanh(z / cap) (Gemma 2 final-logit softcap, docs/recipe.md: cap 30),
 //   loss = sum_r mask_r (logsumexp(zc_r) - zc_r[t_r]) / sum_r mask_r
-// computed over row chunks so the (N, V) logits never exist whole (RECIPE.md "Precision":
+// computed over row chunks so the (N, V) logits never exist whole (docs/recipe.md "Precision":
 // "never materialise [B*T, V] logits"). As in Liger-Kernel's fused linear cross-entropy
 // (Hsu et al. 2024, arXiv 2410.10989), the gradients are computed during the forward, while each
 // chunk's logits are at hand (3 GEMMs per chunk instead of 4 with a recompute):

@@ -1,4 +1,4 @@
-// megacpp/optim/clip.hpp: gradient clipping by global norm (RECIPE.md: default 1.0, everywhere).
+// megacpp/optim/clip.hpp: gradient clipping by global norm (docs/recipe.md: default 1.0, everywhere).
 //
 //   norm = sqrt(sum_p ||g_p||^2);  if norm > max_norm: g_p *= max_norm / (norm + 1e-6)
 // (PyTorch clip_grad_norm_: the 1e-6 keeps the coefficient finite; the returned norm is the one

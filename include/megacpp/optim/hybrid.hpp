@@ -1,6 +1,6 @@
 // megacpp/optim/hybrid.hpp: the Muon + AdamW split, routed by parameter Role.
 //
-// RECIPE.md "Optimizers" (seeds 000, 003): Muon for 2-D hidden matrices; AdamW for everything
+// docs/recipe.md "Optimizers": Muon for 2-D hidden matrices; AdamW for everything
 // else (embeddings, LM head, 1-D tensors, biases, RMSNorm gains, routers, scalars and every MTP
 // parameter). Putting an MTP parameter under Muon is a hard error naming the parameter. Weight
 // decay is a parameter-group property: by default it applies only to 2-D tensors that are not
@@ -43,7 +43,7 @@ inline OptimizerKind default_route(const std::string& /*name*/, Role role, const
 }
 
 /// The default weight-decay rule: only 2-D tensors decay, and never embeddings, norm gains,
-/// biases or scalars (RECIPE.md: "0 for non-2-D tensors, biases, embeddings").
+/// biases or scalars (docs/recipe.md: "0 for non-2-D tensors, biases, embeddings").
 inline bool default_decays(const std::string& /*name*/, Role role, const Shape& shape) {
   if (shape.rank() != 2) return false;
   return role != Role::embedding && role != Role::norm_gain && role != Role::bias && role != Role::scalar;
@@ -236,7 +236,7 @@ class Hybrid {
       if (kind == OptimizerKind::muon) {
         check(p.role != Role::mtp, "Hybrid", "parameter '", p.name,
               "' has Role::mtp and is routed to Muon: MTP parameters must be optimised by AdamW "
-              "(RECIPE.md \"Optimizers\"); fix HybridOptions::route");
+              "(docs/recipe.md \"Optimizers\"); fix HybridOptions::route");
         check(p.role == Role::matrix && p.shape().rank() == 2, "Hybrid", "parameter '", p.name, "' (Role::",
               role_name(p.role), ", shape ", p.shape(), ") is routed to Muon, which takes only 2-D Role::matrix parameters");
       }

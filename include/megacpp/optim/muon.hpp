@@ -1,6 +1,6 @@
 // megacpp/optim/muon.hpp: Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al., 2024).
 //
-// For each 2-D hidden matrix W with gradient g (modded-nanogpt Muon.step; seed 003; RECIPE.md):
+// For each 2-D hidden matrix W with gradient g (modded-nanogpt Muon.step; docs/recipe.md "Optimizers"):
 //   buf = m buf + (1 - m) g                      (buf.lerp_(g, 1 - m))
 //   g'  = (1 - m) g + m buf   if nesterov, else buf   (g.lerp_(buf, m))
 //   O   = NewtonSchulz<Coefficients>(g')          (newton_schulz.hpp; NS5 by default)
@@ -8,7 +8,7 @@
 // with m = 0.95 and nesterov on by default; weight decay is off unless a group sets it.
 //
 // Muon takes only Role::matrix parameters of rank 2. An MTP parameter is a hard error naming it
-// (RECIPE.md: "Putting an MTP parameter under Muon is a hard error"); other roles are errors too,
+// (docs/recipe.md: "Putting an MTP parameter under Muon is a hard error"); other roles are errors too,
 // since AdamW owns embeddings, heads, norms, biases, scalars and routers.
 //
 // Distributed: step(comm) shards the Newton-Schulz work round-robin over comm's ranks and
@@ -75,7 +75,7 @@ class Muon {
       detail::validate_muon_options(g.options, g.name);
       for (const ParamRef<T, B>& p : g.params) {
         check(p.role != Role::mtp, "Muon", "parameter '", p.name,
-              "' has Role::mtp: MTP parameters must never be optimised by Muon (RECIPE.md \"Optimizers\"); "
+              "' has Role::mtp: MTP parameters must never be optimised by Muon (docs/recipe.md \"Optimizers\"); "
               "give it to AdamW (Hybrid's default routing does)");
         check(p.role == Role::matrix, "Muon", "parameter '", p.name, "' has Role::", role_name(p.role),
               ": Muon takes only Role::matrix (2-D hidden weights); route it to AdamW");

@@ -14,7 +14,7 @@
 
 namespace megacpp::optim {
 
-/// modded-nanogpt's rule: W -= lr sqrt(max(1, R / C)) O (Jordan et al., Muon; the seed's
+/// modded-nanogpt's rule: W -= lr sqrt(max(1, R / C)) O (Jordan et al., Muon; modded-nanogpt's
 /// `max(1, p.size(-2) / p.size(-1))**0.5`).
 struct SqrtAspectScale {
   static constexpr std::string_view name = "sqrt_aspect";  ///< shown in routing tables and benches

@@ -20,7 +20,7 @@
 // a bf16 GEMM on the GPU is allowed by the recipe and would be a backend addition.
 //
 // newton_schulz_reference() below is the naive double-precision host version, written exactly
-// as the seed's Python (explicit transpose, A @ A, B @ X); tests compare the two.
+// as modded-nanogpt's Python (explicit transpose, A @ A, B @ X); tests compare the two.
 #pragma once
 
 #include <algorithm>
@@ -163,7 +163,7 @@ void newton_schulz(const T* g, T* out, NsWorkspace<T, B>& ws, int steps) {
   }
 }
 
-/// Naive reference (host, double): the seed's zeropower_via_newtonschulz5 line by line, for a
+/// Naive reference (host, double): modded-nanogpt's zeropower_via_newtonschulz5 line by line, for a
 /// row-major (rows, cols) matrix. Transposes tall inputs, iterates A = X X^T, B = b A + c A A,
 /// X = a X + B X, transposes back. O(steps s^2 L) scalar loops: for tests and small benches.
 template <NsCoefficients P>

@@ -3,7 +3,7 @@
 // A schedule maps the index of the step about to be taken (0, 1, ...) to a multiplier of every
 // group's lr (optimizer.set_lr_scale(schedule(step))). Warmup is an absolute step count
 // (`--warmup_steps`, e.g. 500), never a ratio of the total: a 10% ratio over 1.4M SFT steps once
-// warmed up for 142,000 steps and collapsed the model (seed 000; RECIPE.md). Passing a fraction
+// warmed up for 142,000 steps and collapsed the model (docs/recipe.md "Optimizers"). Passing a fraction
 // where a step count is expected fails to compile.
 //
 //   warmup      step < W:          (step + 1) / W           (reaches 1 at step W - 1)
@@ -94,7 +94,7 @@ class LrSchedule {
   static LrSchedule cosine(F, Rest...) {
     static_assert(detail::always_false<F>,
                   "megacpp_warmup_is_absolute_steps: pass warmup as an integer step count (e.g. 500), not a ratio "
-                  "of total steps (RECIPE.md: warmup is never a ratio)");
+                  "of total steps (docs/recipe.md: warmup is never a ratio)");
     return constant(0);
   }
   /// Rejected at compile time: warmup is a step count, never a fraction of the run.
@@ -102,7 +102,7 @@ class LrSchedule {
   static LrSchedule linear(F, Rest...) {
     static_assert(detail::always_false<F>,
                   "megacpp_warmup_is_absolute_steps: pass warmup as an integer step count (e.g. 500), not a ratio "
-                  "of total steps (RECIPE.md: warmup is never a ratio)");
+                  "of total steps (docs/recipe.md: warmup is never a ratio)");
     return constant(0);
   }
   /// Rejected at compile time: warmup is a step count, never a fraction of the run.
@@ -110,7 +110,7 @@ class LrSchedule {
   static LrSchedule wsd(F, Rest...) {
     static_assert(detail::always_false<F>,
                   "megacpp_warmup_is_absolute_steps: pass warmup as an integer step count (e.g. 500), not a ratio "
-                  "of total steps (RECIPE.md: warmup is never a ratio)");
+                  "of total steps (docs/recipe.md: warmup is never a ratio)");
     return constant(0);
   }
   /// Rejected at compile time: warmup is a step count, never a fraction of the run.
@@ -118,7 +118,7 @@ class LrSchedule {
   static LrSchedule constant(F) {
     static_assert(detail::always_false<F>,
                   "megacpp_warmup_is_absolute_steps: pass warmup as an integer step count (e.g. 500), not a ratio "
-                  "of total steps (RECIPE.md: warmup is never a ratio)");
+                  "of total steps (docs/recipe.md: warmup is never a ratio)");
     return constant(std::int64_t{0});
   }
 

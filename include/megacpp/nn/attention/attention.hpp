@@ -7,7 +7,7 @@
 //                                                    scores softcapped, masked to own document,
 //                                                    causal, sliding window (core/kernels/attention.hpp)
 //   y = o Wo^T (B, T, d_model),  Wo zero-initialised (the block starts as the identity)
-// RECIPE.md "Architecture floor": n_kv_heads = n_heads / 4, softcap 50, no QK-norm, pre-norm
+// docs/recipe.md "Architecture floor": n_kv_heads = n_heads / 4, softcap 50, no QK-norm, pre-norm
 // blocks; "Document masking": doc_ids and positions come from DocumentLayout (computed once per
 // batch from input_ids), and the fused kernel never computes a tile across documents.
 //

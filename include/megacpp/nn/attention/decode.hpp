@@ -8,7 +8,7 @@
 //   k, v      (batch, capacity, kv_heads, head_dim)   token at document position p in slot p % capacity
 //   length    tokens of the current document held (at most capacity)
 //   position  document position of the next token (RoPE angle and window arithmetic)
-// Seed 001 (document masking): a token whose row has new_document set is the first of a new
+// Document masking (docs/recipe.md): a token whose row has new_document set is the first of a new
 // document: that row is reset (length 0, position 0) before the token is added, so it sees only
 // itself, as the training kernel's per-document tiles do. A fresh cache is at position 0, which
 // matches DocumentLayout numbering tokens before a row's first BOS from 0 as document 0.

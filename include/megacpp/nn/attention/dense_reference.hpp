@@ -8,7 +8,7 @@
 //   S = cap * tanh(S / cap)          (when softcap > 0)
 //   S = S + M_b                      M_b[i][j] = 0 if allowed(i, j), else -inf
 //   P = softmax(S);  O = P V
-// allowed(i, j): doc_ids equal (cumsum(input_ids == BOS), seed 001), j <= i, i - j < window when
+// allowed(i, j): doc_ids equal (cumsum(input_ids == BOS), docs/recipe.md "Document masking"), j <= i, i - j < window when
 // window > 0, and both tokens inside a document span (tokens outside every span are padding).
 // A fully masked row has softmax 0, so its output is 0, not NaN.
 // Memory: several (heads, seq, seq) tensors per row: never use it in a training path.

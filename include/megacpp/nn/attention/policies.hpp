@@ -4,7 +4,7 @@
 //   Attention<float, Cpu, NoSoftcap, Scale<0.12>, QKNorm>   the modded-nanogpt variant
 //
 // Policies may come in any order; each kind (softcap, scale, QK-norm) at most once; anything
-// else is a compile error that lists the valid policies. Defaults follow RECIPE.md
+// else is a compile error that lists the valid policies. Defaults follow docs/recipe.md
 // "Architecture floor": Gemma-2 softcap 50 on scores, no QK-norm.
 #pragma once
 

@@ -1,7 +1,7 @@
 // megacpp/nn/mamba/conv1d.hpp: Mamba-2's causal depthwise conv1d that stays inside documents.
 //
 //   y[b, t, c] = bias[c] + sum_{j < K} w[c, j] x[b, t - (K - 1) + j, c]
-// where a tap reaching a token of another document (or before the row) reads zero (seed 001;
+// where a tap reaching a token of another document (or before the row) reads zero (docs/recipe.md "Document masking";
 // Dao-AILab/causal-conv1d's `seq_idx` rule). One graph node with a hand-written backward; the
 // kernel contract is megacpp/core/kernels/causal_conv1d.hpp.
 #pragma once

@@ -6,7 +6,7 @@
 //            v for the trapezoid's beta term (mamba3.py's angle_dt_state, ssm_state, k_state,
 //            v_state; our state is stored (N, P), see sequential_scan.hpp);
 //   Mamba-2: the conv window (the last K - 1 conv inputs) and the state H.
-// A new document in a row resets that row's cache to zero (seed 001): pass `new_document` to the
+// A new document in a row resets that row's cache to zero (docs/recipe.md "Document masking"): pass `new_document` to the
 // layer's step(), or call reset(row).
 #pragma once
 

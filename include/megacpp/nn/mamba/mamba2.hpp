@@ -1,7 +1,7 @@
 // megacpp/nn/mamba/mamba2.hpp: the Mamba-2 (SSD) mixer with its doc-aware causal conv1d.
 //
 // Mamba-2 (Dao & Gu, "Transformers are SSMs", arXiv 2405.21060), as state-spaces/mamba
-// mamba_ssm/modules/mamba2_simple.py computes it (RECIPE.md "Mixers": the conv variant):
+// mamba_ssm/modules/mamba2_simple.py computes it (docs/recipe.md "Mixers": the conv variant):
 //
 //   [z, xBC, dd_dt] = in_proj(u)
 //   xBC = silu(conv1d(xBC))          causal depthwise, kernel 4, taps never cross documents

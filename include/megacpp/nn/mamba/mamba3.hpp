@@ -1,7 +1,7 @@
 // megacpp/nn/mamba/mamba3.hpp: the Mamba-3 mixer, Mamba3<T, B, SISO> and Mamba3<T, B, MIMO<R>>.
 //
 // Mamba-3 (Lahoti, Li, Chen, Wang, Bick, Kolter, Dao, Gu; arXiv 2603.15569), as the reference
-// state-spaces/mamba mamba_ssm/modules/mamba3.py computes it, per token and head (RECIPE.md
+// state-spaces/mamba mamba_ssm/modules/mamba3.py computes it, per token and head (docs/recipe.md
 // "Mixers"):
 //
 //   [z, x, B, C, dd_dt, dd_A, trap, angle] = in_proj(u)
@@ -16,7 +16,7 @@
 // MIMO<R> (the reference's `mamba3_MIMO_step_ref`): x and z become R copies per head,
 // x_r = x * mimo_x[h, r], z_r = z * mimo_z[h, r]; B and C carry R rows; H sums the R outer
 // products; y_r = H q_r + D x_r, and y = sum_r mimo_o[h, r] * y_r * silu(z_r).
-// No conv1d (the trapezoid and the B/C biases replace it). Document masking (seed 001) lives in
+// No conv1d (the trapezoid and the B/C biases replace it). Document masking (docs/recipe.md "Document masking") lives in
 // the scan (state and the trapezoid's previous-token term zero at each document's first token)
 // and in rotary_angles (theta restarts); every other op acts per token.
 #pragma once

@@ -3,7 +3,7 @@
 // Mamba-3 (arXiv 2603.15569, "complex-valued state through rotary angles on B/C"; reference
 // mamba_ssm/modules/mamba3.py and `mamba3_siso_step_ref`):
 //   theta_t = theta_{t-1} + pi * tanh(angle_t) * dt_t    per head (dt is per head), wrapped to
-//             [0, 2 pi); theta = 0 before each document's first token (seed 001)
+//             [0, 2 pi); theta = 0 before each document's first token (docs/recipe.md "Document masking")
 //   k = rotate(RMSNorm(B) + B_bias_h, theta),  q = rotate(RMSNorm(C) + C_bias_h, theta)
 // where rotate turns pairs (2i, 2i+1), i < n_angles, by theta_i and leaves the rest. Rotating q_t
 // and k_s by theta_t and theta_s makes q_t . k_s depend on theta_t - theta_s: a complex diagonal

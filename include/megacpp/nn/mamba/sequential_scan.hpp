@@ -12,7 +12,7 @@
 //
 // State layout (d_state, head_dim) = (N, P): transposed relative to mamba_ssm's (headdim, d_state)
 // so that every loop runs over contiguous head_dim entries. At the first token of a document the
-// state and the previous token's (k, v) are zero (seed 001), so beta's term vanishes there.
+// state and the previous token's (k, v) are zero (docs/recipe.md "Document masking"), so beta's term vanishes there.
 #pragma once
 
 #include <algorithm>

@@ -104,7 +104,7 @@ struct LM {
   LinearCrossEntropyOptions head{HeadCap::cap, 1024};  ///< fused head options (softcap, chunk rows)
 
   /// Initialises every parameter from `seed`, deterministically: embedding N(0, 1/d), then
-  /// the blocks in order (each block's own init; output projections zero, RECIPE.md).
+  /// the blocks in order (each block's own init; output projections zero, docs/recipe.md).
   explicit LM(std::uint64_t seed = 0) {
     Rng rng(seed);
     embedding = Param<T, B>::normal(Shape{D.vocab, D.d_model}, Role::embedding, rng,
@@ -172,7 +172,7 @@ struct LM {
 
   /// One decode step: tokens (one per row of `cache`) -> logits (batch, vocab), softcapped like
   /// logits(): the logits logits(hidden(...)) gives at this token's position of the whole
-  /// sequence fed so far. A row whose token is `bos_id` starts a new document (seed 001: its
+  /// sequence fed so far. A row whose token is `bos_id` starts a new document (docs/recipe.md "Document masking": its
   /// caches are reset first). Records no gradients.
   V step_logits(const std::vector<std::int32_t>& tokens, Cache& cache, std::int32_t bos_id) const {
     NoGrad no_grad;

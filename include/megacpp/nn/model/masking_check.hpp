@@ -1,7 +1,7 @@
 // megacpp/nn/model/masking_check.hpp: the document-masking invariant checker (a sibling of
 // gradcheck) for any model, for users who run CPU-only correctness tests of their compositions.
 //
-// Seed 001 / RECIPE.md "Document masking": in a packed row no layer may carry information
+// docs/recipe.md "Document masking": in a packed row no layer may carry information
 // across a document boundary. For every document B of the batch the checker verifies
 //   1. isolation, bitwise: replacing every token of the other documents of B's row changes no
 //      output of any layer at B's positions;

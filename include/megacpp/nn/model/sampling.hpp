@@ -9,7 +9,7 @@
 //                  feed each new token.
 //   generate_full_forward: the reference: re-run logits(hidden(whole sequence)) every step and
 //                  take the last position. O(n^2) per token, for tests only.
-// A generated BOS starts a new document in both (DocumentLayout and step_logits agree: seed 001).
+// A generated BOS starts a new document in both (DocumentLayout and step_logits agree: docs/recipe.md "Document masking").
 #pragma once
 
 #include <algorithm>
