@@ -341,7 +341,8 @@ TEST_CASE("BpeTokenizer: every malformed tokenizer.json is an Error naming the p
     CHECK_THROWS_AS(load(j), Error);
     CHECK_THROWS_WITH(load(j), Contains(message));
   };
-  CHECK_THROWS_WITH(BpeTokenizer::from_json("{\"model\": "), Contains("not valid JSON"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_json("{\"model\": "),
+                    Contains("BpeTokenizer tokenizer JSON: malformed JSON: unexpected end of input at byte 10"));
   CHECK_THROWS_WITH(BpeTokenizer::from_json("[1, 2]"), Contains("top level is array"));
   json j = fixture();
   j.erase("model");
@@ -394,13 +395,16 @@ TEST_CASE("BpeTokenizer: every malformed tokenizer.json is an Error naming the p
   for (const auto& [bad, message] : std::vector<std::pair<json, std::string>>{
            {-1, "has id -1 out of range [0, 16777216)"},
            {1 << 30, "has id 1073741824 out of range"},
-           {json(18446744073709551615ull), "has id 18446744073709551615 out of range"},
            {"7", "has id \"7\", not an integer"},
            {1.5, "has id 1.5, not an integer"}}) {
     j = fixture();
     j["model"]["vocab"]["zz"] = bad;
     fails_with(j, "vocab token \"zz\" " + message);
   }
+  // Beyond int64 the strict JSON reader refuses the number itself (io/json_value.hpp).
+  j = fixture();
+  j["model"]["vocab"]["zz"] = 18446744073709551615ull;
+  fails_with(j, "malformed JSON: number 18446744073709551615 is outside the int64 range at byte");
   j = fixture();
   j["model"]["vocab"]["zz"] = 5;
   fails_with(j, "duplicate id 5: tokens");
@@ -458,4 +462,43 @@ TEST_CASE("BpeTokenizer: every malformed tokenizer.json is an Error naming the p
   CHECK(no_nul.encode("int") == Ids{258});
   CHECK_THROWS_WITH(no_nul.encode(std::string("a\0b", 3)),
                     Contains("byte 0x00 (ByteLevel \"\xC4\x80\") has no token in the vocab"));
+}
+
+namespace {
+// The fixture's text with `"extra": <value>,` spliced in first: a member the loader ignores.
+std::string with_extra_member(const std::string& value) { return "{\"extra\":" + value + "," + fixture().dump().substr(1); }
+std::string nested_arrays(int depth) {
+  return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']');
+}
+}  // namespace
+
+TEST_CASE("BpeTokenizer: hostile tokenizer.json text is refused by the strict JSON reader", "[data][bpe][errors]") {
+  using Catch::Matchers::Contains;
+  // Nesting: the limit itself loads (the top-level object is one level), one more is refused
+  // naming the limit and the byte; 200,000 levels overflowed the stack before the limit.
+  CHECK(BpeTokenizer::from_json(with_extra_member(nested_arrays(io::kJsonMaxDepth - 1))).vocab_size() == 268);
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(with_extra_member(nested_arrays(io::kJsonMaxDepth))),
+                    Contains("nesting deeper than the limit of 512 arrays and objects at byte 520"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(with_extra_member(nested_arrays(200000))),
+                    Contains("nesting deeper than the limit of 512 arrays and objects"));
+  // Grammar and encoding, each naming the value and the byte.
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(with_extra_member("01")), Contains("number \"01\" has a leading zero at byte 10"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(with_extra_member(R"("\udc00")")),
+                    Contains("lone low surrogate \\uDC00 in a string at byte 10"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(with_extra_member("\"\xC0\x80\"")),
+                    Contains("invalid UTF-8 in a string (an overlong encoding (lead byte 0xC0 or 0xC1)"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(fixture().dump() + "x"), Contains("trailing characters after the value: 'x'"));
+  // A vocab token listed twice: nlohmann would keep the last id silently.
+  std::string twice = fixture().dump();
+  const std::string first_token = "\"vocab\":{";
+  twice.insert(twice.find(first_token) + first_token.size(), "\"!\":5,");
+  CHECK_THROWS_WITH(BpeTokenizer::from_json(twice), Contains("duplicate key \"!\""));
+}
+
+TEST_CASE("BpeTokenizer: a tokenizer path that is a directory is an Error, not std::ios_base::failure", "[data][bpe][errors]") {
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir / "tokenizer.json");
+  CHECK_THROWS_AS(BpeTokenizer::from_file(dir / "tokenizer.json"), Error);
+  CHECK_THROWS_WITH(BpeTokenizer::from_file(dir / "tokenizer.json"),
+                    Catch::Matchers::Contains("tokenizer.json is not a regular file (it is a directory)"));
 }
