@@ -1,8 +1,11 @@
 // io/json_value.hpp under hostile input: RFC 8259 grammar exactly, UTF-8 checked, nesting bounded.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "data/temp_dir.hpp"
 #include "megacpp/io/json_value.hpp"
 
 using namespace megacpp;
@@ -147,4 +150,19 @@ TEST_CASE("json_quote escapes what it must and refuses invalid UTF-8", "[io][jso
   CHECK(parse(io::json_quote(text)).string == text);
   CHECK_THROWS_WITH(io::json_quote("ab\xFF"), Contains("json_quote: string is not valid UTF-8 at byte 2"));
   CHECK_THROWS_WITH(io::json_quote("\xED\xA0\x80"), Contains("a UTF-16 surrogate encoded in UTF-8"));
+}
+
+TEST_CASE("read_json_file: the text of a valid file; every bad file an Error naming it", "[io][json][errors]") {
+  megacpp::testing::TempDir dir;
+  std::ofstream(dir / "state.json") << R"({"step": 3, "options": {"lr": 0.02}})";
+  CHECK(io::read_json_file(dir / "state.json", "checkpoint") == R"({"step": 3, "options": {"lr": 0.02}})");
+  std::ofstream(dir / "deep.json") << "{\"options\":" << nested_arrays(100000) << "}";
+  CHECK_THROWS_WITH(io::read_json_file(dir / "deep.json", "checkpoint"),
+                    Contains("checkpoint " + (dir / "deep.json").string() +
+                             ": malformed JSON: nesting deeper than the limit of 512 arrays and objects at byte 522"));
+  std::ofstream(dir / "empty.json");
+  CHECK_THROWS_WITH(io::read_json_file(dir / "empty.json", "checkpoint"), Contains("unexpected end of input at byte 0"));
+  std::filesystem::create_directory(dir / "dir.json");
+  CHECK_THROWS_WITH(io::read_json_file(dir / "dir.json", "checkpoint"), Contains("dir.json is not a regular file (it is a directory)"));
+  CHECK_THROWS_WITH(io::read_json_file(dir / "missing.json", "checkpoint"), Contains("checkpoint: cannot open") && Contains("missing.json"));
 }

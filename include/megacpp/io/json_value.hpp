@@ -18,11 +18,13 @@
 //   the limit is what keeps a hostile file (100,000 `[`) from overflowing the stack.
 // - Nothing may follow the top-level value but whitespace.
 // validate_json() runs the same checks without building values, for readers that parse with
-// another library afterwards (data/bpe_tokenizer.hpp does, with nlohmann_json).
+// another library afterwards (data/bpe_tokenizer.hpp does, with nlohmann_json); read_json_file()
+// reads and validates a whole file for them.
 #pragma once
 
 #include <charconv>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "megacpp/core/error.hpp"
+#include "megacpp/io/mapped_file.hpp"
 
 namespace megacpp::io {
 
@@ -380,6 +383,16 @@ inline JsonValue parse_json(std::string_view text, const std::string& context) {
 /// with another library afterwards. Throws as parse_json() does.
 inline void validate_json(std::string_view text, const std::string& context) {
   detail::JsonParser(text, context).validate_document();
+}
+
+/// The text of the JSON file `path` after validate_json(): for readers that parse with another
+/// library (the trainer's state.json with nlohmann_json). A missing file, a directory, a read
+/// error, bad grammar or too deep a nesting is an Error naming `op`, the file and the problem.
+inline std::string read_json_file(const std::filesystem::path& path, const std::string& op) {
+  const MappedFile file(path, op);
+  std::string text(file.bytes().begin(), file.bytes().end());
+  validate_json(text, op + " " + path.string());
+  return text;
 }
 
 /// `s` as a JSON string literal (quotes and escapes added). `s` must be valid UTF-8 (throws
