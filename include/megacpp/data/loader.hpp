@@ -71,7 +71,7 @@ class ShardLoader {
   /// Opens (and validates) every shard; `vocab` bounds every token id read.
   ShardLoader(std::vector<std::filesystem::path> shards, index_t batch, index_t seq, std::uint32_t vocab,
               int rank = 0, int world = 1)
-      : batch_(batch), seq_(seq), vocab_(vocab), rank_(rank), world_(world) {
+      : batch_(batch), seq_(seq), vocab_(vocab), rank_(rank) {
     check(!shards.empty(), "ShardLoader", "no shards given");
     check(batch > 0 && seq > 0, "ShardLoader", "batch and seq must be positive, got ", batch, " x ", seq);
     check(world > 0 && rank >= 0 && rank < world, "ShardLoader", "rank ", rank, " outside world of ", world);
@@ -162,7 +162,7 @@ class ShardLoader {
   index_t batch_, seq_;
   index_t tokens_per_step_ = 0;  // world x batch x seq + 1, checked in the constructor
   std::uint32_t vocab_;
-  int rank_, world_;
+  int rank_;  // the world size only enters tokens_per_step_
   LoaderPosition position_;
   SpecialTokens fim_;
   bool fim_enabled_ = false;
