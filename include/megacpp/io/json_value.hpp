@@ -67,14 +67,17 @@ struct JsonValue {
 namespace detail {
 
 /// Length of the well-formed UTF-8 sequence at the start of `s` (1 to 4), or 0 with `why` set
-/// to the rule it breaks (Unicode 15, table 3-7 "Well-Formed UTF-8 Byte Sequences").
-inline std::size_t utf8_sequence_length(std::string_view s, const char*& why) {
+/// to the rule it breaks (Unicode 15, table 3-7 "Well-Formed UTF-8 Byte Sequences") and `bad`
+/// to the number of bytes that show it (the lead byte up to the first offending one).
+inline std::size_t utf8_sequence_length(std::string_view s, const char*& why, std::size_t& bad) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
   const unsigned char b0 = byte(0);
   if (b0 < 0x80) return 1;
+  bad = 1;
   if (b0 < 0xC0) { why = "a continuation byte without a lead byte"; return 0; }
-  if (b0 < 0xC2) { why = "an overlong encoding (lead byte 0xC0 or 0xC1)"; return 0; }
   if (b0 > 0xF4) { why = "a lead byte above 0xF4 (code point beyond U+10FFFF)"; return 0; }
+  bad = s.size() < 2 ? 1 : 2;
+  if (b0 < 0xC2) { why = "an overlong encoding (lead byte 0xC0 or 0xC1)"; return 0; }
   const std::size_t length = b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
   // The second byte's range depends on the lead byte; the later ones are always 0x80-0xBF.
   unsigned char low = 0x80, high = 0xBF;
@@ -83,6 +86,7 @@ inline std::size_t utf8_sequence_length(std::string_view s, const char*& why) {
   else if (b0 == 0xF0) low = 0x90;  // below: overlong 4-byte form
   else if (b0 == 0xF4) high = 0x8F;  // above: beyond U+10FFFF
   for (std::size_t i = 1; i < length; ++i) {
+    bad = i >= s.size() ? i : i + 1;
     if (i >= s.size() || byte(i) < 0x80 || byte(i) > 0xBF) { why = "a truncated multi-byte sequence"; return 0; }
     if (i == 1 && (byte(1) < low || byte(1) > high)) {
       why = b0 == 0xED ? "a UTF-16 surrogate encoded in UTF-8"
@@ -94,7 +98,7 @@ inline std::size_t utf8_sequence_length(std::string_view s, const char*& why) {
   return length;
 }
 
-/// The bytes at `s` as "0xC0 0x80" (up to four), for error messages.
+/// The first `count` bytes of `s` as "0xC0 0x80", for error messages.
 inline std::string hex_bytes(std::string_view s, std::size_t count) {
   static constexpr char digits[] = "0123456789ABCDEF";
   std::string out;
@@ -292,8 +296,9 @@ class JsonParser {
       if (byte < 0x20) error("unescaped control character " + hex_bytes(text_.substr(pos_), 1) + " in a string");
       if (byte >= 0x80) {
         const char* why = "";
-        const std::size_t length = utf8_sequence_length(text_.substr(pos_), why);
-        if (length == 0) error(std::string("invalid UTF-8 in a string (") + why + ": " + hex_bytes(text_.substr(pos_), 4) + ")");
+        std::size_t bad = 0;
+        const std::size_t length = utf8_sequence_length(text_.substr(pos_), why, bad);
+        if (length == 0) error(std::string("invalid UTF-8 in a string (") + why + ": " + hex_bytes(text_.substr(pos_), bad) + ")");
         out.append(text_.substr(pos_, length));
         pos_ += length;
         continue;
@@ -415,9 +420,10 @@ inline std::string json_quote(std::string_view s) {
           out += hex[c & 0xF];
         } else if (static_cast<unsigned char>(c) >= 0x80) {
           const char* why = "";
-          const std::size_t length = detail::utf8_sequence_length(s.substr(i), why);
+          std::size_t bad = 0;
+          const std::size_t length = detail::utf8_sequence_length(s.substr(i), why, bad);
           if (length == 0)
-            fail("json_quote", "string is not valid UTF-8 at byte ", i, " (", why, ": ", detail::hex_bytes(s.substr(i), 4), ")");
+            fail("json_quote", "string is not valid UTF-8 at byte ", i, " (", why, ": ", detail::hex_bytes(s.substr(i), bad), ")");
           out.append(s.substr(i, length));
           i += length - 1;
         } else {
