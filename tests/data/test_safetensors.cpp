@@ -79,7 +79,7 @@ TEST_CASE("safetensors: corrupt or mismatched files are errors naming the proble
   write_bytes(dir / "huge", handmade(std::string(16, ' '), "").replace(0, 8, std::string("\xff\xff\x00\x00\x00\x00\x00\x00", 8)));
   CHECK_THROWS_WITH(io::SafetensorsReader(dir / "huge"), Contains("header size 65535 exceeds the file"));
   write_bytes(dir / "json", handmade(R"({"x":{"dtype":"F32",)", f8));
-  CHECK_THROWS_WITH(io::SafetensorsReader(dir / "json"), Contains("malformed JSON header"));
+  CHECK_THROWS_WITH(io::SafetensorsReader(dir / "json"), Contains("malformed JSON: unexpected end of input at byte 20"));
   write_bytes(dir / "trunc", handmade(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", f8));
   CHECK_THROWS_WITH(io::SafetensorsReader(dir / "trunc"), Contains("exceeds the data buffer of 8 bytes: the file is truncated"));
   write_bytes(dir / "size", handmade(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f8));

@@ -108,3 +108,35 @@ TEST_CASE("loader: moves to the next shard, wraps into a new epoch, and resumes 
   CHECK_THROWS_WITH((data::ShardLoader(data::list_shards(dir.path), 4, 8, 5000)), Contains("fewer than one step needs (33"));
   CHECK_THROWS_WITH((resumed.seek({7, 0, 0})), Contains("resume shard index 7 >= 2 shards"));
 }
+
+TEST_CASE("shards and loader: hostile sizes and positions are errors, never overflow", "[data][errors]") {
+  TempDir dir;
+  data::write_shard(dir / "s0.bin", iota_tokens(30));
+  const data::TokenShard shard(dir / "s0.bin");
+  std::vector<std::int32_t> out(10);
+  // begin + n would overflow int64: the check is written without that sum.
+  CHECK_THROWS_WITH(shard.read(INT64_MAX - 2, out, 100), Contains("read of 10 tokens at position 9223372036854775805 past its 30 tokens"));
+  CHECK_THROWS_WITH(shard.read(25, out, 100), Contains("read of 10 tokens at position 25 past its 30 tokens"));
+  CHECK_THROWS_WITH(shard.read(-1, out, 100), Contains("at position -1"));
+  std::vector<std::int32_t> none;
+  shard.read(30, none, 100);  // an empty read at the end is in range
+  // world x batch x seq + 1 overflowing int64 (--micro_batch 2^62 --seq_len 4) is refused by name.
+  const auto shards = data::list_shards(dir.path);
+  CHECK_THROWS_WITH((data::ShardLoader(shards, index_t{1} << 62, 4, 100)),
+                    Contains("a step of world 1 x batch 4611686018427387904 x seq 4 + 1 tokens overflows"));
+  CHECK_THROWS_WITH((data::ShardLoader(shards, INT64_MAX, 1, 100)), Contains("overflows a 64-bit token count"));
+  // A resume position from a hostile state.json: p.token + step would overflow.
+  data::ShardLoader loader(shards, 2, 6, 100);  // 13 tokens a step
+  CHECK_THROWS_WITH(loader.seek({0, INT64_MAX - 5, 0}),
+                    Contains("resume position 9223372036854775802 does not leave a step of 13 tokens"));
+  CHECK_THROWS_WITH(loader.seek({0, 18, 0}), Contains("resume position 18 does not leave a step of 13 tokens"));
+  CHECK_THROWS_WITH(loader.seek({0, -1, 0}), Contains("resume position -1"));
+  loader.seek({0, 17, 0});  // the last position that leaves a whole step
+  CHECK(loader.next<float, Cpu>().input_ids_host[0] == 17);
+}
+
+TEST_CASE("shards: a shard path that is a directory is an Error naming it", "[data][errors]") {
+  TempDir dir;
+  std::filesystem::create_directory(dir / "dir.bin");
+  CHECK_THROWS_WITH(data::TokenShard(dir / "dir.bin"), Contains("dir.bin is not a regular file (it is a directory)"));
+}

@@ -35,17 +35,22 @@ class Shape {
   /// One past the last dim.
   const index_t* end() const { return dims_.data() + rank_; }
 
-  /// Number of elements: the product of the dims (1 at rank 0).
-  index_t numel() const {
-    index_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
-    return n;
-  }
-  /// Product of dims [first, last).
+  /// Number of elements: the product of the dims (1 at rank 0). Throws Error naming the shape
+  /// when the product of its nonzero dims overflows index_t, so no product of a subset of the
+  /// dims that code computes from a shape that passed numel() can overflow either.
+  index_t numel() const { return prod(0, rank_); }
+  /// Product of dims [first, last); throws as numel() does.
   index_t prod(int first, int last) const {
+    // A zero dim counts as 1 in the checked product: (0, 2^62, 4) is refused, not 0 by luck of order.
     index_t n = 1;
-    for (int i = first; i < last; ++i) n *= dims_[i];
-    return n;
+    bool empty = false;
+    for (int i = first; i < last; ++i) {
+      const index_t d = dims_[i];
+      empty |= d == 0;
+      if (__builtin_mul_overflow(n, d == 0 ? 1 : d, &n)) [[unlikely]]
+        extent_overflow(first, last);
+    }
+    return empty ? 0 : n;
   }
 
   /// Maps a possibly negative axis to [0, rank); throws naming the axis and the shape.
@@ -121,6 +126,12 @@ class Shape {
       dims_[i] = dims[i];
     }
     rank_ = static_cast<int>(n);
+  }
+
+  // Kept out of line and cold: numel() is on every op's path and stays a few instructions.
+  [[noreturn, gnu::cold, gnu::noinline]] void extent_overflow(int first, int last) const {
+    fail("Shape", "the product of dims [", first, ", ", last, ") of shape ", to_string(),
+         " overflows the 64-bit element count (index_t): corrupt or hostile sizes");
   }
 
   std::array<index_t, kMaxRank> dims_{};

@@ -7,6 +7,7 @@
 /// copies the data. `reshape` and `rows` are views on the same storage.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <type_traits>
@@ -34,6 +35,7 @@ class Tensor {
   /// Uninitialised storage for `shape`.
   explicit Tensor(Shape shape) : shape_(shape) {
     const auto n = static_cast<std::size_t>(shape_.numel());
+    check(n <= SIZE_MAX / sizeof(T), "Tensor", "shape ", shape_, " of ", sizeof(T), "-byte elements needs more than 2^64 bytes");
     T* p = n ? B::template allocate<T>(n) : nullptr;
     storage_ = std::shared_ptr<T>(p, [n](T* q) { if (q) B::template deallocate<T>(q, n); });
     data_ = p;
@@ -52,7 +54,8 @@ class Tensor {
     check(static_cast<index_t>(values.size()) == shape.numel(), "Tensor::from_host", "shape ",
           shape, " needs ", shape.numel(), " values, got ", values.size());
     Tensor t(shape);
-    B::template copy_from_host<T>(t.data_, values.data(), values.size());
+    // An empty tensor has no storage: memcpy(nullptr, nullptr, 0) is UB, so do not call it.
+    if (!values.empty()) B::template copy_from_host<T>(t.data_, values.data(), values.size());
     return t;
   }
   /// Same, from a braced list: from_host({2, 2}, {1, 2, 3, 4}).

@@ -42,11 +42,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <ios>
 #include <iterator>
 #include <optional>
 #include <queue>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -56,6 +58,7 @@
 #include "megacpp/core/error.hpp"
 #include "megacpp/data/bpe_pieces.hpp"
 #include "megacpp/data/tokenizer.hpp"
+#include "megacpp/io/json_value.hpp"
 
 namespace megacpp::data {
 
@@ -86,10 +89,22 @@ class BpeTokenizer {
 
   /// Reads and validates `path`; `names` say which added tokens are BOS, EOS and the FIM sentinels.
   static BpeTokenizer from_file(const std::filesystem::path& path, const BpeSpecialNames& names = {}) {
-    std::ifstream in(path, std::ios::binary);
-    check(static_cast<bool>(in), "BpeTokenizer", "cannot open tokenizer file ", path.string());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    check(!in.bad(), "BpeTokenizer", "error reading tokenizer file ", path.string());
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    check(std::filesystem::exists(status), "BpeTokenizer", "cannot open tokenizer file ", path.string(), ": ",
+          ec ? ec.message() : "no such file");
+    // A directory opens as an ifstream and then throws std::ios_base::failure from the first read.
+    check(std::filesystem::is_regular_file(status), "BpeTokenizer", "tokenizer file ", path.string(),
+          " is not a regular file", std::filesystem::is_directory(status) ? " (it is a directory)" : "");
+    std::string text;
+    try {
+      std::ifstream in(path, std::ios::binary);
+      check(static_cast<bool>(in), "BpeTokenizer", "cannot open tokenizer file ", path.string());
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      check(!in.bad(), "BpeTokenizer", "error reading tokenizer file ", path.string());
+    } catch (const std::ios_base::failure& e) {
+      fail("BpeTokenizer", "error reading tokenizer file ", path.string(), ": ", e.what());
+    }
     return parse(text, names, path.string());
   }
 
@@ -224,6 +239,10 @@ class BpeTokenizer {
   }
 
   static BpeTokenizer parse(std::string_view text, const BpeSpecialNames& names, const std::string& where) {
+    // The strict reader first: RFC 8259 grammar, UTF-8, duplicate keys (nlohmann keeps the last one
+    // silently) and nesting at most io::kJsonMaxDepth deep. nlohmann parses 200,000 levels without
+    // complaint, but copying or dumping such a value recurses once per level and overflows the stack.
+    io::validate_json(text, "BpeTokenizer " + where);
     nlohmann::json root;
     try {
       root = nlohmann::json::parse(text.begin(), text.end());

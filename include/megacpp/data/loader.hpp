@@ -71,10 +71,16 @@ class ShardLoader {
   /// Opens (and validates) every shard; `vocab` bounds every token id read.
   ShardLoader(std::vector<std::filesystem::path> shards, index_t batch, index_t seq, std::uint32_t vocab,
               int rank = 0, int world = 1)
-      : batch_(batch), seq_(seq), vocab_(vocab), rank_(rank), world_(world) {
+      : batch_(batch), seq_(seq), vocab_(vocab), rank_(rank) {
     check(!shards.empty(), "ShardLoader", "no shards given");
     check(batch > 0 && seq > 0, "ShardLoader", "batch and seq must be positive, got ", batch, " x ", seq);
     check(world > 0 && rank >= 0 && rank < world, "ShardLoader", "rank ", rank, " outside world of ", world);
+    // world x batch x seq + 1 in checked arithmetic: hostile flags must not wrap to a small step.
+    const bool overflow = __builtin_mul_overflow(static_cast<index_t>(world), batch, &tokens_per_step_) ||
+                          __builtin_mul_overflow(tokens_per_step_, seq, &tokens_per_step_) ||
+                          __builtin_add_overflow(tokens_per_step_, index_t{1}, &tokens_per_step_);
+    check(!overflow, "ShardLoader", "a step of world ", world, " x batch ", batch, " x seq ", seq,
+          " + 1 tokens overflows a 64-bit token count");
     const index_t need = tokens_per_step();
     for (auto& p : shards) {
       shards_.push_back(std::make_unique<TokenShard>(p));
@@ -84,14 +90,16 @@ class ShardLoader {
   }
 
   /// Tokens one step consumes across all ranks (+1 for the last target).
-  index_t tokens_per_step() const { return static_cast<index_t>(world_) * batch_ * seq_ + 1; }
+  index_t tokens_per_step() const { return tokens_per_step_; }
   /// Where the next step starts (save it in a checkpoint; restore it with seek()).
   const LoaderPosition& position() const { return position_; }
   /// Resumes at `p` (from a checkpoint); validates it against the shard list.
   void seek(const LoaderPosition& p) {
     check(p.shard < shards_.size(), "ShardLoader", "resume shard index ", p.shard, " >= ", shards_.size(), " shards");
-    check(p.token >= 0 && p.token + tokens_per_step() <= shards_[p.shard]->size(), "ShardLoader", "resume position ",
-          p.token, " does not leave a step in shard ", shards_[p.shard]->path().string());
+    // Every shard holds at least one step (constructor), so the subtraction cannot go negative.
+    check(p.token >= 0 && p.token <= shards_[p.shard]->size() - tokens_per_step(), "ShardLoader", "resume position ",
+          p.token, " does not leave a step of ", tokens_per_step(), " tokens in shard ", shards_[p.shard]->path().string(),
+          " (", shards_[p.shard]->size(), " tokens)");
     position_ = p;
   }
 
@@ -152,8 +160,9 @@ class ShardLoader {
 
   std::vector<std::unique_ptr<TokenShard>> shards_;
   index_t batch_, seq_;
+  index_t tokens_per_step_ = 0;  // world x batch x seq + 1, checked in the constructor
   std::uint32_t vocab_;
-  int rank_, world_;
+  int rank_;  // the world size only enters tokens_per_step_
   LoaderPosition position_;
   SpecialTokens fim_;
   bool fim_enabled_ = false;

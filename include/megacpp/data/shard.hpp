@@ -64,7 +64,7 @@ class TokenShard {
   /// The shard's file path.
   const std::filesystem::path& path() const { return file_.path(); }
 
-  /// Token i as an unsigned id.
+  /// Token i as an unsigned id; i must lie in [0, size()) (unchecked: the loader's inner loop).
   std::uint32_t token(index_t i) const {
     if (version_ == 1) {
       std::uint16_t t;
@@ -79,8 +79,9 @@ class TokenShard {
   /// Copies tokens [begin, begin + out.size()) into `out`, checking every id against `vocab`.
   void read(index_t begin, std::span<std::int32_t> out, std::uint32_t vocab) const {
     const index_t n = static_cast<index_t>(out.size());
-    check(begin >= 0 && begin + n <= num_tokens_, "shard", path().string(), ": read of [", begin, ", ", begin + n,
-          ") past its ", num_tokens_, " tokens");
+    // Written without begin + n, which a hostile begin (from a resumed state.json) could overflow.
+    check(begin >= 0 && begin <= num_tokens_ && n <= num_tokens_ - begin, "shard", path().string(), ": read of ", n,
+          " tokens at position ", begin, " past its ", num_tokens_, " tokens");
     for (index_t i = 0; i < n; ++i) {
       const std::uint32_t t = token(begin + i);
       check(t < vocab, "shard", path().string(), ": token id ", t, " at position ", begin + i, " >= vocab ", vocab);

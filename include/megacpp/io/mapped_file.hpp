@@ -31,6 +31,10 @@ class MappedFile {
       ::close(fd);
       fail(op, "cannot stat ", path.string(), ": ", why);
     }
+    if (!S_ISREG(st.st_mode)) {  // a directory opens, then fails to map with a less helpful message
+      ::close(fd);
+      fail(op, path.string(), " is not a regular file", S_ISDIR(st.st_mode) ? " (it is a directory)" : "");
+    }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -4,16 +4,23 @@
 // UTF-8 JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 // "__metadata__": {"key": "value"}}, then the data buffer; offsets are relative to its start and
 // tensors are row-major little-endian. Every field is validated on read: a truncated or corrupt
-// file is an error naming the file, the tensor and the values, never a silent misread.
+// file is an error naming the file, the tensor and the values, never a silent misread. As the
+// reference implementation does (huggingface/safetensors, `Metadata::validate`), the tensors
+// must tile the data buffer exactly: sorted by offsets they start at 0, each begins where the
+// previous ends (no overlap, no hole), and the last ends at the end of the file. Every byte
+// count is computed with overflow checks, so a shape like [2^61] of F64 is refused by name
+// rather than wrapping to a small size.
 // Writes are atomic (io/atomic_file.hpp), so a crash mid-save leaves the previous file intact.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "megacpp/core/tensor.hpp"
@@ -72,6 +79,7 @@ class SafetensorsReader {
       entries_.emplace(name, parse_entry(where, name, value));
       order_.push_back(name);
     }
+    check_tiling(where);
   }
 
   /// Tensor names in the header.
@@ -96,6 +104,7 @@ class SafetensorsReader {
     if (expected)
       check(e.shape == *expected, "safetensors", file_.path().string(), ": tensor \"", name, "\" has shape ", e.shape,
             ", expected ", *expected);
+    // The header check bounded the element count by the file's size, so this allocation is too.
     std::vector<T> host(static_cast<std::size_t>(e.shape.numel()));
     if (!host.empty()) std::memcpy(host.data(), data_ + e.begin, host.size() * sizeof(T));
     return Tensor<T, B>::from_host(e.shape, host);
@@ -113,23 +122,61 @@ class SafetensorsReader {
     const JsonValue& shape = v.at("shape", ctx);
     check(shape.kind == JsonValue::Kind::array && shape.array.size() <= static_cast<std::size_t>(Shape::kMaxRank), ctx,
           "shape must be an array of at most ", Shape::kMaxRank, " dims");
+    // bytes = product of the dims x width, each step overflow-checked in 64 bits.
+    std::uint64_t bytes = width;
+    bool overflow = false;
     for (const auto& d : shape.array) {
       check(d.kind == JsonValue::Kind::integer && d.integer >= 0, ctx, "shape has a non-integer or negative dim");
       e.shape.push_back(d.integer);
+      overflow = overflow || __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d.integer), &bytes);
     }
+    // Refused even when another dim is 0: Shape::numel refuses such extents too (core/shape.hpp).
+    check(!overflow, ctx, "shape ", shape_text(shape), " of ", e.dtype, " (", width,
+          " bytes each) needs more than 2^64 bytes: corrupt header");
     const JsonValue& offsets = v.at("data_offsets", ctx);
     check(offsets.kind == JsonValue::Kind::array && offsets.array.size() == 2 &&
               offsets.array[0].kind == JsonValue::Kind::integer && offsets.array[1].kind == JsonValue::Kind::integer,
-          ctx, "data_offsets must be [begin, end]");
+          ctx, "data_offsets must be [begin, end], two integers");
     check(offsets.array[0].integer >= 0 && offsets.array[0].integer <= offsets.array[1].integer, ctx,
           "data_offsets [", offsets.array[0].integer, ", ", offsets.array[1].integer, "] are not ordered");
     e.begin = static_cast<std::uint64_t>(offsets.array[0].integer);
     e.end = static_cast<std::uint64_t>(offsets.array[1].integer);
     check(e.end <= data_size_, ctx, "data_offsets end ", e.end, " exceeds the data buffer of ", data_size_,
           " bytes: the file is truncated");
-    check(e.end - e.begin == static_cast<std::uint64_t>(e.shape.numel()) * width, ctx, "holds ", e.end - e.begin,
-          " bytes but shape ", e.shape, " of ", e.dtype, " needs ", static_cast<std::uint64_t>(e.shape.numel()) * width);
+    check(e.end - e.begin == bytes, ctx, "holds ", e.end - e.begin, " bytes but shape ", e.shape, " of ", e.dtype,
+          " needs ", bytes);
     return e;
+  }
+
+  // "[2305843009213693952, 4]": the dims as the header wrote them (a Shape may refuse them).
+  static std::string shape_text(const JsonValue& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.array.size(); ++i) s.append(i ? ", " : "").append(std::to_string(shape.array[i].integer));
+    return s + "]";
+  }
+
+  // The tensors, sorted by (begin, end), must cover [0, data_size_) exactly once.
+  void check_tiling(const std::string& where) const {
+    std::vector<const std::pair<const std::string, SafetensorsEntry>*> sorted;
+    for (const auto& item : entries_) sorted.push_back(&item);
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
+      return std::pair(a->second.begin, a->second.end) < std::pair(b->second.begin, b->second.end);
+    });
+    std::uint64_t covered = 0;  // bytes [0, covered) belong to the tensors seen so far
+    const std::pair<const std::string, SafetensorsEntry>* previous = nullptr;
+    for (const auto* item : sorted) {
+      const auto& [name, e] = *item;
+      check(e.begin <= covered, "safetensors", where, ": bytes [", covered, ", ", e.begin, ") of the data buffer belong to no tensor (a hole before tensor \"",
+            name, "\" at [", e.begin, ", ", e.end, ")): corrupt header");
+      if (e.begin < covered)
+        fail("safetensors", where, ": tensor \"", name, "\" at [", e.begin, ", ", e.end, ") overlaps tensor \"",
+             previous->first, "\" at [", previous->second.begin, ", ", previous->second.end,
+             "): tensors must not share bytes");
+      covered = e.end;
+      previous = item;
+    }
+    check(covered == data_size_, "safetensors", where, ": the tensors cover ", covered, " bytes but the data buffer has ",
+          data_size_, ": ", data_size_ - covered, " trailing bytes belong to no tensor");
   }
 
   MappedFile file_;
