@@ -139,6 +139,12 @@ RunPlan make_plan(const TrainOptions& o, const ModelDefaults& d) {
              " is not a multiple of micro_batch ", p.micro_batch, " x seq_len ", p.seq_len, " = ", micro_tokens,
              ": choose a micro_batch or total_batch_size that divides");
   p.accumulation = gradient_accumulation(p.total_batch_size, p.micro_batch, p.seq_len);
+  // A step holds all of its micro-batches in memory before the first forward (their learned-token
+  // counts weigh the losses), so the count is bounded rather than left to fail allocating mid-run.
+  constexpr index_t kMaxAccumulation = 1 << 16;
+  check_flag(p.accumulation <= kMaxAccumulation, t, "total_batch_size", p.total_batch_size, " = ", p.accumulation,
+             " micro-batches of ", micro_tokens, " tokens per step, more than ", kMaxAccumulation,
+             ": raise --micro_batch or lower --total_batch_size");
   p.steps = o.steps > 0 ? o.steps : d.steps;
   checked_product(t, "--steps x --total_batch_size (tokens of the run)", p.steps, p.total_batch_size);
   p.warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : std::min(d.warmup_steps, p.steps / 10);

@@ -9,6 +9,12 @@
 // same thread count. A phase (RECIPE.md "Curriculum") sets seq_len, rope_theta and micro-batch;
 // the global batch in tokens is constant, so accumulation is recomputed, and a resumed run may
 // enter another phase.
+//
+// Before any work the options are checked (options.hpp), the shards' tokenizer is read from their
+// shards.json (BOS and FIM ids are never assumed), --out is proven writable and made safe for this
+// run (run_checkpoint.hpp). During the run a non-finite loss, gradient or parameter stops it with
+// exit 3 before that state is checkpointed, and a loss stuck at one value is reported
+// (divergence.hpp).
 #pragma once
 
 #include <omp.h>

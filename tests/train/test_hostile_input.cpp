@@ -115,6 +115,7 @@ TEST_CASE("megacpp-train: every flag is checked before any work, as an integer, 
   refused({"--eval_every", "-1"}, "--eval_every must be in [1, ");
   refused({"--micro_batch", "4611686018427387904", "--seq_len", "4"}, "--micro_batch must be in [1, ");
   refused({"--micro_batch", "4", "--seq_len", "64"}, "exceeds the global batch of 128 tokens");
+  refused({"--total_batch_size", "8589934592"}, "micro-batches of 64 tokens per step, more than 65536");
   refused({"--max_grad_norm", "0"}, "--max_grad_norm must be finite and > 0, got 0");
   refused({"--lr_matrix", "nan"}, "--lr_matrix must be finite");
   refused({"--temperature", "-1"}, "--temperature must be finite and in [0, ");
@@ -176,7 +177,7 @@ TEST_CASE("megacpp-train: a diverged step stops with exit 3 before it is checkpo
   }
 }
 
-TEST_CASE("megacpp-train: resuming into an --out that holds later steps is refused; a fresh run moves an old one aside",
+TEST_CASE("megacpp-train: resuming into an --out that holds later steps is refused, a fresh run moves an old one aside",
           "[tools][hostile]") {
   Corpus corpus;
   TempDir dir;
