@@ -5,12 +5,15 @@
 // (k, v) (nn/mamba/decode.hpp), so each new token costs O(context) instead of a whole forward.
 // --verify also decodes by re-running the full forward at every step and fails unless both
 // produce the same tokens (with --temperature 0 this is the greedy equality the issue asks for).
+// Every flag is checked before the model is loaded, --tokens against the model's context, and
+// every failure is one line and an exit code (common/cli.hpp, docs/trainer.md).
 #include <cstdio>
 #include <sstream>
 #include <string>
 
 #include <boost/program_options.hpp>
 
+#include "common/cli.hpp"
 #include "megacpp/data/tokenizer.hpp"
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/nn/model/sampling.hpp"
@@ -22,6 +25,8 @@ using namespace megacpp;
 using namespace megacpp::examples;
 
 namespace {
+const std::string kTool = "megacpp-generate";
+
 struct GenerateOptions {
   std::string checkpoint, prompt = "#include <";
   index_t tokens = 200, top_k = 40;
@@ -40,14 +45,24 @@ void print_token(const data::ByteTokenizer& tokenizer, std::int32_t t) {
 template <class Model>
 int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state) {
   const std::string type_id = Model::type_id();
-  check(state.model_type == type_id, "megacpp-generate", dir.string(), " holds model type [", state.model_type,
+  // The prompt is BOS + its bytes; with the new tokens it must fit the model's context (the
+  // decode caches are sized for it: an unchecked count would ask for terabytes).
+  const auto prompt_tokens = static_cast<index_t>(o.prompt.size()) + 1;
+  check_flag(prompt_tokens + o.tokens <= Model::dims.max_seq, kTool, "tokens", o.tokens, " + the prompt's ",
+             prompt_tokens, " tokens exceed the context of \"", state.model, "\" (max_seq ", Model::dims.max_seq, ")");
+  check_flag(o.top_k <= Model::dims.vocab, kTool, "top_k", o.top_k, " exceeds the vocabulary of \"", state.model,
+             "\" (", Model::dims.vocab, ")");
+  check(state.shards.tokenizer == "byte", kTool, dir.string(), " was trained on ", state.shards.tokenizer,
+        " tokenizer shards (", state.shards.tokenizer_hash, "); megacpp-generate encodes and decodes with the byte "
+        "tokenizer only");
+  check(state.model_type == type_id, kTool, dir.string(), " holds model type [", state.model_type,
         "], the registry's \"", state.model, "\" is [", type_id, "]");
   Model model(0);
   io::load_model(dir / "model.safetensors", model, type_id);
   // The checkpoint's phase decides the RoPE base the weights were trained with.
   enter_phase(model, recipe_phase(state.phase));
   const data::ByteTokenizer tokenizer;
-  const std::int32_t bos = tokenizer.special().bos, eos = tokenizer.special().eos;
+  const std::int32_t bos = state.shards.special.bos, eos = state.shards.special.eos;
   const auto prompt = tokenizer.encode_document(o.prompt, false);
   const SamplingOptions so{o.temperature, o.top_k};
   std::fputs(o.prompt.c_str(), stdout);
@@ -71,40 +86,43 @@ int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& stat
   }
   std::fprintf(stderr, "verify: cached decoding and full forward differ at token %zu (of %zu / %zu)\n",
                first_difference, tokens.size(), reference.size());
-  return 4;
+  return kExitVerify;
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+int parse_and_generate(int argc, char** argv) {
   GenerateOptions o;
+  std::string seed_text = "0";
   po::options_description opts("megacpp-generate: sample from a megacpp-train checkpoint\n\nOptions");
   opts.add_options()("help,h", "show this help and exit")
       ("checkpoint", po::value(&o.checkpoint)->required(), "a step_* directory, or a run directory (its latest)")
       ("prompt", po::value(&o.prompt)->default_value(o.prompt), "text to continue")
-      ("tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate")
+      ("tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate (prompt + tokens <= the model's max_seq)")
       ("temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")
       ("top_k", po::value(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens (0: all)")
-      ("seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")
+      ("seed", po::value(&seed_text)->default_value(seed_text), "sampling seed (unsigned 64-bit)")
       ("stop_at_eos", po::value(&o.stop_at_eos)->default_value(o.stop_at_eos), "stop at the end-of-document token")
       ("verify", po::bool_switch(&o.verify), "also decode with a full forward per token and fail unless the tokens match");
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    if (vm.count("help")) {
-      std::printf("%s\n", (std::ostringstream() << opts).str().c_str());
-      return 0;
-    }
-    po::notify(vm);
-    const fs::path dir = resolve_checkpoint(o.checkpoint);
-    const TrainingState state = read_training_state(dir / "state.json");
-    return with_model(state.model, [&](auto model_type, const ModelDefaults&) {
-      return run<typename decltype(model_type)::type>(o, dir, state);
-    });
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "megacpp-generate: %s (see --help)\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, opts), vm);
+  if (vm.count("help")) {
+    std::printf("%s\n", (std::ostringstream() << opts).str().c_str());
+    return kExitOk;
   }
+  po::notify(vm);
+  o.seed = parse_u64_flag(kTool, "seed", seed_text);
+  check_range(kTool, "tokens", o.tokens, 0, std::int64_t{1} << 40);
+  check_real(kTool, "temperature", o.temperature, 0, 1e6);
+  check_range(kTool, "top_k", o.top_k, 0, std::int64_t{1} << 40, "0: all tokens");
+  const fs::path dir = resolve_checkpoint(o.checkpoint);
+  const TrainingState state = read_training_state(dir / "state.json");
+  check(is_model_name(state.model), kTool, (dir / "state.json").string(), ": model \"", state.model,
+        "\" is not one this build knows (", model_names(), ")");
+  return with_model(state.model, [&](auto model_type, const ModelDefaults&) {
+    return run<typename decltype(model_type)::type>(o, dir, state);
+  });
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_tool(kTool, [&] { return parse_and_generate(argc, argv); });
 }

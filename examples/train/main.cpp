@@ -3,13 +3,16 @@
 // With no arguments it trains the tiny "AAM" hybrid on the corpus built with the project (the
 // repository's own C++ sources, tokenized by megacpp-prepare at build time) for a few minutes,
 // prints validation loss and bits per byte as they fall, writes checkpoints, metrics.jsonl and
-// loss.svg under --out, and ends with a generated sample. Flags follow RECIPE.md.
+// loss.svg under --out, and ends with a generated sample. Every flag is checked before any work
+// (options.hpp) and every failure is one line and an exit code (common/cli.hpp, docs/trainer.md).
 #include <cstdio>
+#include <set>
 #include <sstream>
 #include <string>
 
 #include <boost/program_options.hpp>
 
+#include "common/cli.hpp"
 #include "trainer.hpp"
 
 #ifndef MEGACPP_DEFAULT_CORPUS
@@ -20,7 +23,8 @@ namespace po = boost::program_options;
 using namespace megacpp;
 using namespace megacpp::examples;
 
-int main(int argc, char** argv) {
+namespace {
+int parse_and_train(int argc, char** argv) {
   TrainOptions o;
   o.data = MEGACPP_DEFAULT_CORPUS;
   std::string seed_text = "0";
@@ -36,6 +40,8 @@ int main(int argc, char** argv) {
       ("stop_at_step", po::value(&o.stop_at_step)->default_value(0, "none"), "checkpoint and exit after this step (split a run into jobs)")
       ("save_every", po::value(&o.save_every)->default_value(0, "end only"), "steps between checkpoints")
       ("keep_checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "newest checkpoints kept")
+      ("plateau_steps", po::value(&o.plateau_steps)->default_value(o.plateau_steps),
+       "warn (log and metrics) when the training loss is exactly the same for this many steps (0: never)")
       ("eval_every", po::value(&o.eval_every)->default_value(0, "model default"), "steps between validation passes")
       ("val_tokens", po::value(&o.val_tokens)->default_value(0, "model default"), "tokens per validation pass")
       ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell");
@@ -72,29 +78,25 @@ int main(int argc, char** argv) {
   visible.add(run).add(batch).add(optim_opts).add(sample);
   po::options_description all;
   all.add(visible).add(debug);
-  try {
-    po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, all), vm);
-    if (vm.count("help")) {
-      std::printf("%s\n", (std::ostringstream() << visible).str().c_str());
-      return 0;
-    }
-    po::notify(vm);
-    std::size_t used = 0;
-    o.seed = std::stoull(seed_text, &used);
-    check(used == seed_text.size(), "megacpp-train", "--seed must be an unsigned integer, got \"", seed_text, "\"");
-    if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
-    return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
-      return train<typename decltype(model_type)::type>(o, d);
-    });
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "megacpp-train: %s (see --help)\n", e.what());
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "megacpp-train: %s\n", e.what());
-    return 1;
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, all), vm);
+  if (vm.count("help")) {
+    std::printf("%s\n", (std::ostringstream() << visible).str().c_str());
+    return kExitOk;
   }
+  po::notify(vm);
+  std::set<std::string> given;  // the flags the command line set (the rest keep their defaults)
+  for (const auto& [name, value] : vm)
+    if (!value.defaulted()) given.insert(name);
+  o.seed = parse_u64_flag(kTrainTool, "seed", seed_text);
+  check_options(o, given);
+  if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
+  return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
+    return train<typename decltype(model_type)::type>(o, d);
+  });
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_tool(kTrainTool, [&] { return parse_and_train(argc, argv); });
 }

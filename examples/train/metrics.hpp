@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "megacpp/core/error.hpp"
 #include "megacpp/io/atomic_file.hpp"
 
 namespace megacpp::examples {
@@ -40,11 +41,14 @@ class MetricsLog {
       std::ofstream(path_, std::ios::trunc);
     }
     out_.open(path_, std::ios::app);
+    check(out_.is_open(), "metrics", "cannot open ", path_.string(), " for writing");
   }
-  /// Writes one record and flushes (a killed run keeps everything it logged).
+  /// Writes one record and flushes (a killed run keeps everything it logged); a failed write
+  /// (disk full, file removed from under a read-only mount) throws instead of losing the record.
   void write(const nlohmann::json& record) {
     out_ << record.dump() << "\n";
     out_.flush();
+    check(out_.good(), "metrics", "cannot write to ", path_.string());
   }
   /// Path of the log.
   const std::filesystem::path& path() const { return path_; }

@@ -56,4 +56,9 @@ decltype(auto) with_model(const std::string& name, F&& f) {
 /// The names with_model accepts, for --help.
 inline const char* model_names() { return "tiny | cmake100m | generator400m | production877m"; }
 
+/// True when with_model knows `name`.
+inline bool is_model_name(const std::string& name) {
+  return name == "tiny" || name == "cmake100m" || name == "generator400m" || name == "production877m";
+}
+
 }  // namespace megacpp::examples

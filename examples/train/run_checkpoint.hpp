@@ -10,22 +10,33 @@
 // atomically. Killing the process at any instant therefore leaves `latest` naming a complete
 // checkpoint (the previous one until the switch): nothing a reader can see is half written.
 // Older checkpoints are pruned only after the switch.
+//
+// A run directory holds one run: prepare_run_directory() refuses to resume into a directory
+// that holds steps after the resume point (they belong to another continuation), and moves an
+// earlier run aside before a fresh run writes there (docs/trainer.md "Checkpoints and resume").
+// state.json is read strictly: every field's type and range is checked and named when wrong.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "megacpp/data/loader.hpp"
+#include "megacpp/data/shard_meta.hpp"
 #include "megacpp/io/checkpoint.hpp"
 
 namespace megacpp::examples {
@@ -41,8 +52,9 @@ struct TrainingState {
   std::uint64_t rng_state = 0;        ///< the trainer's Rng after `step` steps
   data::LoaderPosition train_position;  ///< where the next training batch starts
   std::int64_t tokens_seen = 0;       ///< training tokens consumed
-  int threads = 0;                    ///< OpenMP threads (bitwise resume needs the same count)
+  int threads = 1;                    ///< OpenMP threads (bitwise resume needs the same count)
   nlohmann::json options;             ///< the command line's options, for the record
+  data::ShardMetadata shards;         ///< the tokenizer of the training data (byte for older checkpoints)
 };
 
 inline nlohmann::json to_json(const TrainingState& s) {
@@ -55,7 +67,11 @@ inline nlohmann::json to_json(const TrainingState& s) {
           {"train_position", {{"shard", s.train_position.shard}, {"token", s.train_position.token}, {"epoch", s.train_position.epoch}}},
           {"tokens_seen", s.tokens_seen},
           {"threads", s.threads},
-          {"options", s.options}};
+          {"options", s.options},
+          {"shards", {{"tokenizer", s.shards.tokenizer}, {"tokenizer_hash", s.shards.tokenizer_hash},
+                      {"vocab_size", s.shards.vocab_size}, {"bos", s.shards.special.bos}, {"eos", s.shards.special.eos},
+                      {"fim_prefix", s.shards.special.fim_prefix}, {"fim_suffix", s.shards.special.fim_suffix},
+                      {"fim_middle", s.shards.special.fim_middle}}}};
 }
 
 namespace detail {
@@ -68,50 +84,109 @@ V json_field(const nlohmann::json& j, const char* key, const std::string& file) 
     fail("checkpoint", file, ": field \"", key, "\" has the wrong type (", e.what(), ")");
   }
 }
+
+// An integer field in [lo, hi]. A JSON float (1e300) or an out-of-range integer is refused by
+// name before any conversion, so nothing wraps or truncates ("threads" 1e300 is not -2^31).
+inline std::int64_t json_integer(const nlohmann::json& j, const char* key, const std::string& file, std::int64_t lo,
+                                 std::int64_t hi) {
+  check(j.is_object() && j.contains(key), "checkpoint", file, ": missing field \"", key, "\"");
+  const nlohmann::json& v = j.at(key);
+  check(v.is_number_integer(), "checkpoint", file, ": field \"", key, "\" = ", v.dump(), " is not an integer");
+  const bool in_range = v.is_number_unsigned() ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi) &&
+                                                     v.get<std::uint64_t>() >= static_cast<std::uint64_t>(std::max<std::int64_t>(lo, 0))
+                                               : v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi;
+  check(in_range, "checkpoint", file, ": field \"", key, "\" = ", v.dump(), " is outside [", lo, ", ", hi, "]");
+  return v.get<std::int64_t>();
+}
+
+// The deepest nesting of arrays and objects in JSON text (strings skipped); state.json is at most
+// 3 deep, so a deeper file is refused before a parser recurses into it.
+inline int json_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 }  // namespace detail
 
-/// Parses state.json of a checkpoint; every field is checked and named when wrong.
+/// Parses state.json of a checkpoint; every field's type and range is checked and named when wrong.
 inline TrainingState read_training_state(const fs::path& file) {
-  std::ifstream in(file);
-  check(in.good(), "checkpoint", "cannot open ", file.string());
+  constexpr std::int64_t kMaxSteps = std::int64_t{1} << 40, kMaxCount = std::int64_t{1} << 62;
+  const std::string f = file.string();
+  check(fs::is_regular_file(file), "checkpoint", f, fs::exists(file) ? " is not a regular file" : " does not exist");
+  std::ifstream in(file, std::ios::binary);
+  check(in.is_open(), "checkpoint", "cannot open ", f);
+  std::stringstream text;
+  text << in.rdbuf();
+  check(!in.bad(), "checkpoint", "cannot read ", f);
+  constexpr int kMaxDepth = 64;
+  const int depth = detail::json_depth(text.str());
+  check(depth <= kMaxDepth, "checkpoint", f, ": JSON nested ", depth, " deep (a state.json is at most ", kMaxDepth,
+        "): not a checkpoint's state");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text.str());
   } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint", file.string(), " is not valid JSON (", e.what(), ")");
+    fail("checkpoint", f, " is not valid JSON (", e.what(), ")");
   }
-  const std::string f = file.string();
-  check(detail::json_field<int>(j, "format", f) == 1, "checkpoint", f, ": unknown format ", j.value("format", 0));
+  check(j.is_object(), "checkpoint", f, ": expected a JSON object");
+  const std::int64_t format = detail::json_integer(j, "format", f, 0, INT32_MAX);
+  check(format == 1, "checkpoint", f, ": unknown format ", format);
   TrainingState s;
-  s.step = detail::json_field<std::int64_t>(j, "step", f);
-  s.phase = detail::json_field<int>(j, "phase", f);
+  s.step = detail::json_integer(j, "step", f, 0, kMaxSteps);
+  s.phase = static_cast<int>(detail::json_integer(j, "phase", f, 1, 3));
   s.model = detail::json_field<std::string>(j, "model", f);
+  check(!s.model.empty(), "checkpoint", f, ": field \"model\" is empty");
   s.model_type = detail::json_field<std::string>(j, "model_type", f);
   const auto rng = detail::json_field<std::string>(j, "rng_state", f);
-  std::size_t used = 0;
-  try {
-    s.rng_state = std::stoull(rng, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  check(!rng.empty() && used == rng.size(), "checkpoint", f, ": rng_state \"", rng, "\" is not an unsigned integer");
+  // Digits only: std::stoull would take "-1" as 2^64 - 1.
+  const auto [end, ec] = std::from_chars(rng.data(), rng.data() + rng.size(), s.rng_state);
+  check(!rng.empty() && rng[0] != '-' && rng[0] != '+' && ec == std::errc() && end == rng.data() + rng.size(),
+        "checkpoint", f, ": rng_state \"", rng, "\" is not an unsigned 64-bit integer");
   const auto pos = detail::json_field<nlohmann::json>(j, "train_position", f);
-  s.train_position.shard = detail::json_field<std::size_t>(pos, "shard", f);
-  s.train_position.token = detail::json_field<index_t>(pos, "token", f);
-  s.train_position.epoch = detail::json_field<std::uint64_t>(pos, "epoch", f);
-  s.tokens_seen = detail::json_field<std::int64_t>(j, "tokens_seen", f);
-  s.threads = detail::json_field<int>(j, "threads", f);
+  s.train_position.shard = static_cast<std::size_t>(detail::json_integer(pos, "shard", f, 0, INT32_MAX));
+  s.train_position.token = detail::json_integer(pos, "token", f, 0, kMaxCount);
+  s.train_position.epoch = static_cast<std::uint64_t>(detail::json_integer(pos, "epoch", f, 0, kMaxCount));
+  s.tokens_seen = detail::json_integer(j, "tokens_seen", f, 0, kMaxCount);
+  s.threads = static_cast<int>(detail::json_integer(j, "threads", f, 1, 1 << 20));
   s.options = detail::json_field<nlohmann::json>(j, "options", f);
-  check(s.step >= 0 && s.tokens_seen >= 0, "checkpoint", f, ": negative step ", s.step, " or tokens_seen ", s.tokens_seen);
+  check(s.options.is_object(), "checkpoint", f, ": field \"options\" is not an object");
+  if (j.contains("shards")) {  // absent in checkpoints written before shards.json existed: byte shards
+    const auto& m = detail::json_field<nlohmann::json>(j, "shards", f);
+    s.shards.tokenizer = detail::json_field<std::string>(m, "tokenizer", f);
+    s.shards.tokenizer_hash = detail::json_field<std::string>(m, "tokenizer_hash", f);
+    s.shards.vocab_size = static_cast<std::int32_t>(detail::json_integer(m, "vocab_size", f, 1, INT32_MAX));
+    s.shards.special.bos = static_cast<std::int32_t>(detail::json_integer(m, "bos", f, 0, INT32_MAX));
+    s.shards.special.eos = static_cast<std::int32_t>(detail::json_integer(m, "eos", f, 0, INT32_MAX));
+    s.shards.special.fim_prefix = static_cast<std::int32_t>(detail::json_integer(m, "fim_prefix", f, 0, INT32_MAX));
+    s.shards.special.fim_suffix = static_cast<std::int32_t>(detail::json_integer(m, "fim_suffix", f, 0, INT32_MAX));
+    s.shards.special.fim_middle = static_cast<std::int32_t>(detail::json_integer(m, "fim_middle", f, 0, INT32_MAX));
+    data::validate(s.shards, f + " (field \"shards\")");
+  }
   return s;
 }
 
 /// The checkpoint directory `path` names: `path` itself when it holds state.json, else the one
 /// its `latest` file names. Throws when neither exists.
 inline fs::path resolve_checkpoint(const fs::path& path) {
+  check(fs::is_directory(path), "checkpoint", "no checkpoint in ", path.string(),
+        fs::exists(path) ? ": not a directory" : ": it does not exist");
   if (fs::exists(path / "state.json")) return path;
   const fs::path latest = path / "latest";
   check(fs::exists(latest), "checkpoint", "no checkpoint in ", path.string(), " (neither state.json nor latest)");
+  check(fs::is_regular_file(latest), "checkpoint", latest.string(), " is not a regular file");
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);
@@ -126,6 +201,63 @@ inline std::string checkpoint_name(std::int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
   return buf;
+}
+
+/// The step of a checkpoint directory name "step_%08d", or -1 for any other name.
+inline std::int64_t checkpoint_step(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return -1;
+  std::int64_t step = -1;
+  const auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
+  return ec == std::errc() && end == name.data() + name.size() ? step : -1;
+}
+
+/// The complete checkpoints (step_* directories) under `out`, sorted by step.
+inline std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs::path& out) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  if (!fs::is_directory(out)) return found;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::int64_t step = checkpoint_step(e.path().filename().string());
+    if (step >= 0 && e.is_directory()) found.emplace_back(step, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+/// Makes `out` safe for a run that starts at `resume_step` (-1: a fresh run), before anything is
+/// written there, so checkpoint steps are never silently kept from another run:
+/// - resuming: a checkpoint after `resume_step` in `out` belongs to a run that went further from
+///   this point (or to another run); the new run would write the same step names with other
+///   contents, and save_checkpoint keeps the step `latest` already names. Refused, with the fix.
+/// - fresh: an earlier run's checkpoints, `latest`, metrics.jsonl and loss.svg are moved into
+///   OUT/replaced_<UTC time>/ (reported on stdout), so nothing of it is lost or mixed in.
+inline void prepare_run_directory(const fs::path& out, std::int64_t resume_step) {
+  const auto checkpoints = list_checkpoints(out);
+  if (resume_step >= 0) {
+    std::string later;
+    for (const auto& [step, dir] : checkpoints)
+      if (step > resume_step) later += (later.empty() ? "" : ", ") + dir.filename().string();
+    check(later.empty(), "megacpp-train", "--out ", out.string(), " holds checkpoints after the resume point (step ",
+          resume_step, "): ", later, ". A resumed run would write those steps again with other contents. Resume "
+          "into another --out (--resume keeps reading the checkpoint where it is), or move those step directories "
+          "and latest out of ", out.string(), " if they should go");
+    return;
+  }
+  const bool has_run = !checkpoints.empty() || fs::exists(out / "latest");
+  if (!has_run) return;
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(stamp, sizeof stamp, "replaced_%Y%m%dT%H%M%SZ", &utc);
+  fs::path aside = out / stamp;
+  for (int n = 2; fs::exists(aside); ++n) aside = out / (std::string(stamp) + "_" + std::to_string(n));
+  fs::create_directories(aside);
+  for (const auto& [step, dir] : checkpoints) fs::rename(dir, aside / dir.filename());
+  for (const char* name : {"latest", "metrics.jsonl", "loss.svg"})
+    if (fs::exists(out / name)) fs::rename(out / name, aside / name);
+  io::detail::fsync_directory(out);
+  std::printf("--out %s held an earlier run: moved its checkpoints, latest and metrics to %s\n", out.string().c_str(),
+              aside.string().c_str());
 }
 
 /// Writes model, optimizer and state as OUT/step_N atomically, points `latest` at it and keeps

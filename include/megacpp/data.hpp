@@ -8,4 +8,5 @@
 #include "megacpp/data/fim.hpp"
 #include "megacpp/data/loader.hpp"
 #include "megacpp/data/shard.hpp"
+#include "megacpp/data/shard_meta.hpp"
 #include "megacpp/data/tokenizer.hpp"

@@ -1,0 +1,178 @@
+// examples/train/options.hpp: megacpp-train's options, their checks, and the run they plan.
+//
+// Every flag is checked before the model is built or a file is read (docs/trainer.md "Flag
+// rules"): integers are parsed as integers and range-checked (an integer flag left out means the
+// model's default; given, it must be in range: `--steps 0` is refused, not read as "default"),
+// products are overflow-checked, and every sampling option is checked against the model, so a bad
+// value is exit 2 at startup and never a failure after the run. A value a check refuses throws
+// UsageError naming the flag and the value.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/cli.hpp"
+#include "megacpp/optim.hpp"
+#include "megacpp/train/curriculum.hpp"
+#include "models.hpp"
+
+namespace megacpp::examples {
+
+/// Every option of a training run (the command line fills it; 0 / -1 mean "the model's default").
+struct TrainOptions {
+  std::string model = "tiny";        ///< registry name (models.hpp)
+  std::string data;                  ///< directory with train_*.bin, val_*.bin and shards.json
+  std::string out = "runs/tiny";     ///< run directory: checkpoints, metrics.jsonl, loss.svg
+  std::string resume;                ///< checkpoint or run directory to resume from ("" = fresh)
+  std::uint64_t seed = 0;            ///< model init and sampling
+  std::int64_t steps = 0;            ///< total optimizer steps of the run
+  std::int64_t total_batch_size = 0;  ///< global batch in tokens
+  index_t micro_batch = 0;           ///< rows per micro-batch
+  index_t seq_len = 0;               ///< tokens per row
+  int phase = 1;                     ///< curriculum phase 1-3
+  std::int64_t warmup_steps = -1;    ///< absolute LR warmup
+  std::string lr_schedule = "wsd";   ///< constant | cosine | linear | wsd
+  std::int64_t lr_decay_steps = -1;  ///< wsd: length of the final decay (-1: 30% of the run)
+  double lr_final_ratio = 0.0;       ///< LR multiplier at the last step
+  double lr_matrix = 0.02;           ///< Muon lr (2-D hidden matrices)
+  double lr_embedding = 0.01;        ///< AdamW lr of the tied embedding / head
+  double lr_scalar = 0.004;          ///< AdamW lr of everything else (norm gains, Mamba scalars)
+  double weight_decay = 0.0;         ///< decoupled weight decay of 2-D matrices
+  double max_grad_norm = 1.0;        ///< global gradient-norm clip
+  bool fim_mask = true;              ///< mask the context targets of FIM documents
+  std::int64_t eval_every = 0;       ///< steps between validation passes
+  std::int64_t val_tokens = 0;       ///< tokens per validation pass
+  std::int64_t save_every = 0;       ///< steps between checkpoints (0: only at the end)
+  std::int64_t stop_at_step = 0;     ///< checkpoint and exit after this step (0: run to the end)
+  int keep_checkpoints = 2;          ///< newest checkpoints kept
+  std::int64_t plateau_steps = 20;   ///< warn when the loss is exactly the same for this many steps (0: never)
+  index_t sample_tokens = 200;       ///< tokens sampled at the end (0: none)
+  double temperature = 0.8;          ///< sampling temperature (0: greedy)
+  index_t top_k = 40;                ///< sampling top-k (0: all)
+  std::string prompt = "#include <";  ///< sample prompt
+  bool require_improvement = false;  ///< exit 5 when a fresh run's validation loss did not fall
+  std::int64_t debug_poison_step = 0;    ///< fault injection: NaN weights before this step (tests)
+  int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
+
+  /// The options as JSON (recorded in every checkpoint).
+  nlohmann::json to_json() const {
+    return {{"model", model}, {"data", data}, {"out", out}, {"seed", std::to_string(seed)}, {"steps", steps},
+            {"total_batch_size", total_batch_size}, {"micro_batch", micro_batch}, {"seq_len", seq_len}, {"phase", phase},
+            {"warmup_steps", warmup_steps}, {"lr_schedule", lr_schedule}, {"lr_decay_steps", lr_decay_steps},
+            {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
+            {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
+            {"fim_mask", fim_mask}};
+  }
+};
+
+inline const std::string kTrainTool = "megacpp-train";
+
+/// Checks what the options say on their own (no model needed); `given` holds the flags the
+/// command line set, so an integer left at its "model default" sentinel is not range-checked.
+inline void check_options(const TrainOptions& o, const std::set<std::string>& given) {
+  constexpr std::int64_t kMaxSteps = std::int64_t{1} << 40, kMaxTokens = std::int64_t{1} << 50;
+  const auto& t = kTrainTool;
+  const auto has = [&](const char* flag) { return given.count(flag) > 0; };
+  check_flag(is_model_name(o.model), t, "model", "\"", o.model, "\" is not a model: ", model_names());
+  check_flag(!o.data.empty(), t, "data", "is empty");
+  check_flag(!o.out.empty(), t, "out", "is empty");
+  if (has("steps")) check_range(t, "steps", o.steps, 1, kMaxSteps, "optimizer steps of the whole run");
+  if (has("stop_at_step")) check_range(t, "stop_at_step", o.stop_at_step, 0, kMaxSteps, "0: run to the end");
+  if (has("save_every")) check_range(t, "save_every", o.save_every, 0, kMaxSteps, "0: a checkpoint at the end only");
+  check_range(t, "keep_checkpoints", o.keep_checkpoints, 1, 1 << 20);
+  if (has("eval_every")) check_range(t, "eval_every", o.eval_every, 1, kMaxSteps);
+  if (has("val_tokens")) check_range(t, "val_tokens", o.val_tokens, 1, kMaxTokens);
+  check_range(t, "phase", o.phase, 1, 3, "1 syntax, 2 file, 3 repo");
+  if (has("total_batch_size")) check_range(t, "total_batch_size", o.total_batch_size, 1, kMaxTokens);
+  if (has("micro_batch")) check_range(t, "micro_batch", o.micro_batch, 1, kMaxTokens);
+  if (has("seq_len")) check_range(t, "seq_len", o.seq_len, 1, kMaxTokens);
+  if (has("warmup_steps")) check_range(t, "warmup_steps", o.warmup_steps, 0, kMaxSteps);
+  if (has("lr_decay_steps")) check_range(t, "lr_decay_steps", o.lr_decay_steps, 1, kMaxSteps);
+  check_flag(o.lr_schedule == "constant" || o.lr_schedule == "cosine" || o.lr_schedule == "linear" ||
+                 o.lr_schedule == "wsd",
+             t, "lr_schedule", "\"", o.lr_schedule, "\" is not one of constant, cosine, linear, wsd");
+  check_real(t, "lr_final_ratio", o.lr_final_ratio, 0, 1);
+  // Learning rates have no upper bound here: a rate that makes training diverge is caught by the
+  // run (exit 3), which is the behaviour to test, not a flag error.
+  const double huge = std::numeric_limits<double>::max();
+  check_real(t, "lr_matrix", o.lr_matrix, 0, huge);
+  check_real(t, "lr_embedding", o.lr_embedding, 0, huge);
+  check_real(t, "lr_scalar", o.lr_scalar, 0, huge);
+  check_real(t, "weight_decay", o.weight_decay, 0, huge);
+  check_real(t, "max_grad_norm", o.max_grad_norm, 0, huge, /*open_lo=*/true);
+  check_range(t, "plateau_steps", o.plateau_steps, 0, kMaxSteps, "0: never warn");
+  check_range(t, "sample_tokens", o.sample_tokens, 0, kMaxTokens);
+  check_real(t, "temperature", o.temperature, 0, 1e6);
+  check_range(t, "top_k", o.top_k, 0, kMaxTokens, "0: all tokens");
+  check_range(t, "debug_poison_step", o.debug_poison_step, 0, kMaxSteps);
+  check_range(t, "debug_checkpoint_pause_ms", o.debug_checkpoint_pause_ms, 0, 60000);
+}
+
+/// Sizes of one run after the model's defaults and the phase are applied.
+struct RunPlan {
+  CurriculumPhase phase;
+  index_t seq_len = 0, micro_batch = 0, accumulation = 0;
+  std::int64_t total_batch_size = 0, steps = 0, warmup_steps = 0, decay_steps = 0, eval_every = 0, val_tokens = 0;
+};
+
+/// Applies the defaults of `d` to `o` and checks what needs the model (context, vocabulary) or
+/// a product of flags; throws UsageError naming the flags for an impossible combination.
+template <class Model>
+RunPlan make_plan(const TrainOptions& o, const ModelDefaults& d) {
+  const auto& t = kTrainTool;
+  RunPlan p;
+  p.phase = recipe_phase(o.phase);
+  p.seq_len = o.seq_len > 0 ? o.seq_len : p.phase.seq_len / d.seq_len_divisor;
+  check_flag(p.seq_len <= Model::dims.max_seq, t, "seq_len", p.seq_len, " exceeds the model's max_seq ",
+             Model::dims.max_seq);
+  p.total_batch_size = o.total_batch_size > 0 ? o.total_batch_size : d.total_batch_size;
+  p.micro_batch = o.micro_batch > 0 ? o.micro_batch
+                                    : std::max<index_t>(1, std::min<index_t>(d.micro_batch_tokens, p.total_batch_size) / p.seq_len);
+  const index_t micro_tokens = checked_product(t, "--micro_batch x --seq_len", p.micro_batch, p.seq_len);
+  check_flag(micro_tokens <= p.total_batch_size, t, "micro_batch", p.micro_batch, " x seq_len ", p.seq_len, " = ",
+             micro_tokens, " tokens per micro-batch exceeds the global batch of ", p.total_batch_size, " tokens");
+  check_flag(p.total_batch_size % micro_tokens == 0, t, "total_batch_size", p.total_batch_size,
+             " is not a multiple of micro_batch ", p.micro_batch, " x seq_len ", p.seq_len, " = ", micro_tokens,
+             ": choose a micro_batch or total_batch_size that divides");
+  p.accumulation = gradient_accumulation(p.total_batch_size, p.micro_batch, p.seq_len);
+  // A step holds all of its micro-batches in memory before the first forward (their learned-token
+  // counts weigh the losses), so the count is bounded rather than left to fail allocating mid-run.
+  constexpr index_t kMaxAccumulation = 1 << 16;
+  check_flag(p.accumulation <= kMaxAccumulation, t, "total_batch_size", p.total_batch_size, " = ", p.accumulation,
+             " micro-batches of ", micro_tokens, " tokens per step, more than ", kMaxAccumulation,
+             ": raise --micro_batch or lower --total_batch_size");
+  p.steps = o.steps > 0 ? o.steps : d.steps;
+  checked_product(t, "--steps x --total_batch_size (tokens of the run)", p.steps, p.total_batch_size);
+  p.warmup_steps = o.warmup_steps >= 0 ? o.warmup_steps : std::min(d.warmup_steps, p.steps / 10);
+  p.decay_steps = o.lr_decay_steps >= 0 ? o.lr_decay_steps : std::max<std::int64_t>(1, 3 * p.steps / 10);
+  p.eval_every = o.eval_every > 0 ? o.eval_every : d.eval_every;
+  p.val_tokens = o.val_tokens > 0 ? o.val_tokens : d.val_tokens;
+  check_flag(o.stop_at_step <= p.steps, t, "stop_at_step", o.stop_at_step, " is past the run's last step ", p.steps,
+             " (--steps)");
+  check_flag(o.top_k <= Model::dims.vocab, t, "top_k", o.top_k, " exceeds the model's vocabulary of ", Model::dims.vocab);
+  // The sample is prompt (BOS + its bytes) + sample_tokens long and must fit the model's context.
+  const auto prompt_tokens = static_cast<std::int64_t>(o.prompt.size()) + 1;
+  check_flag(o.sample_tokens == 0 || prompt_tokens + o.sample_tokens <= Model::dims.max_seq, t, "sample_tokens",
+             o.sample_tokens, " + the prompt's ", prompt_tokens, " tokens exceed the model's context of ",
+             Model::dims.max_seq, " tokens");
+  return p;
+}
+
+/// The run's learning-rate schedule; an inconsistent warmup / decay / steps is a UsageError.
+inline optim::LrSchedule make_schedule(const TrainOptions& o, const RunPlan& p) {
+  const optim::Decay decay = o.lr_schedule == "constant" ? optim::Decay::constant
+                             : o.lr_schedule == "cosine" ? optim::Decay::cosine
+                             : o.lr_schedule == "linear" ? optim::Decay::linear
+                                                         : optim::Decay::wsd;
+  try {
+    return optim::LrSchedule({p.warmup_steps, p.steps, decay, o.lr_final_ratio, p.decay_steps});
+  } catch (const Error& e) {
+    throw UsageError(kTrainTool, std::string("--warmup_steps / --lr_decay_steps / --steps: ") + e.what());
+  }
+}
+
+}  // namespace megacpp::examples
