@@ -38,6 +38,7 @@
 #include "megacpp/data/loader.hpp"
 #include "megacpp/data/shard_meta.hpp"
 #include "megacpp/io/checkpoint.hpp"
+#include "megacpp/io/json_value.hpp"
 
 namespace megacpp::examples {
 
@@ -99,45 +100,18 @@ inline std::int64_t json_integer(const nlohmann::json& j, const char* key, const
   return v.get<std::int64_t>();
 }
 
-// The deepest nesting of arrays and objects in JSON text (strings skipped); state.json is at most
-// 3 deep, so a deeper file is refused before a parser recurses into it.
-inline int json_depth(const std::string& text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 }  // namespace detail
 
 /// Parses state.json of a checkpoint; every field's type and range is checked and named when wrong.
 inline TrainingState read_training_state(const fs::path& file) {
   constexpr std::int64_t kMaxSteps = std::int64_t{1} << 40, kMaxCount = std::int64_t{1} << 62;
   const std::string f = file.string();
-  check(fs::is_regular_file(file), "checkpoint", f, fs::exists(file) ? " is not a regular file" : " does not exist");
-  std::ifstream in(file, std::ios::binary);
-  check(in.is_open(), "checkpoint", "cannot open ", f);
-  std::stringstream text;
-  text << in.rdbuf();
-  check(!in.bad(), "checkpoint", "cannot read ", f);
-  constexpr int kMaxDepth = 64;
-  const int depth = detail::json_depth(text.str());
-  check(depth <= kMaxDepth, "checkpoint", f, ": JSON nested ", depth, " deep (a state.json is at most ", kMaxDepth,
-        "): not a checkpoint's state");
+  // The library's strict reader (RFC 8259, nesting limit, a directory or missing file an Error)
+  // validates the text before nlohmann parses it, so no input reaches a recursive parser unchecked.
+  const std::string text = io::read_json_file(file, "checkpoint");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint", f, " is not valid JSON (", e.what(), ")");
   }

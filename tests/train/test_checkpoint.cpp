@@ -150,7 +150,7 @@ TEST_CASE("run checkpoints: latest names the newest complete one and old ones ar
   std::ofstream(dir / "step_00000030" / "state.json") << "{\"format\": 1, \"step\": \"ten\"}";
   CHECK_THROWS_WITH(read_training_state(dir / "step_00000030" / "state.json"), Catch::Contains("\"step\""));
   std::ofstream(dir / "step_00000030" / "state.json") << "{not json";
-  CHECK_THROWS_WITH(read_training_state(dir / "step_00000030" / "state.json"), Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(read_training_state(dir / "step_00000030" / "state.json"), Catch::Contains("malformed JSON"));
   std::ofstream(dir / "latest") << "step_00000099";
   CHECK_THROWS_WITH(resolve_checkpoint(dir.path), Catch::Contains("step_00000099"));
   CHECK_THROWS_WITH(resolve_checkpoint(dir / "nowhere"), Catch::Contains("no checkpoint"));
