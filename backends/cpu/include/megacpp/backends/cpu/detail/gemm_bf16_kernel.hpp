@@ -12,7 +12,7 @@
 // (gemm_kernel.hpp) does per step: 4 vector loads of B, 6 broadcasts of A (one 32-bit word per
 // row), 24 VDPBF16PS into 24 accumulators; twice the multiply-adds per instruction.
 //
-// Loops and blocks are the fp32 kernel's (GotoBLAS/BLIS, see gemm_kernel.hpp), except that A is
+// Loops are the fp32 kernel's (GotoBLAS/BLIS, see gemm_kernel.hpp; blocks: Tiling), except that A is
 // always packed: its k-pairs are words, so an odd depth needs a zero high half that reading A in
 // place cannot give, and packing a row-major A is a copy of 32-bit words.
 //
@@ -65,14 +65,19 @@
 namespace megacpp::cpu::bf16_gemm {
 
 // Tile and block sizes. The tile is the fp32 kernel's (6 x 64, 24 accumulators + 4 B vectors + 1
-// broadcast = 29 of 32 registers). kKc counts depth elements (kKc / 2 pairs) and must be even;
-// the B micro-panel (kKc x NR bf16) takes the same 64 KB as the fp32 one at twice the depth.
+// broadcast = 29 of 32 registers): measured on the Zen 5 dev VM (one thread, thread CPU time,
+// m n k = 1024 2048 2048) against 8 x 48 (-1%), 12 x 32 (-8%) and 14 x 32 (-6%). kKc counts depth
+// elements (kKc / 2 pairs) and must be even. Against the fp32 kernel's blocks (kKc 256 -> 512
+// here, as bf16 halves the bytes; kMc 96) kKc 1024 with kMc 48 was 5-8% faster on the square
+// product and level on the model's shapes (kKc 256/768/2048, kMc 24/96/192, kNc 1024 measured
+// no better): C is re-read once per depth block, and half as many blocks halve that traffic.
+// The B micro-panel is then 128 KB (L2), the A block 96 KB, the packed B block 4 MB (L3).
 struct Tiling {
   static constexpr int MR = 6;
   static constexpr int NP = 4;                // vectors per tile row
   static constexpr int NR = NP * 16;          // tile columns (16 fp32 lanes per vector)
-  static constexpr index_t kKc = 512;         // depth block (fixed and even: see the file comment)
-  static constexpr index_t kMc = MR * 16;     // rows per A block
+  static constexpr index_t kKc = 1024;        // depth block (fixed and even: see the file comment)
+  static constexpr index_t kMc = MR * 8;      // rows per A block
   static constexpr index_t kNc = NR * 32;     // columns per packed B block
 };
 
@@ -82,10 +87,10 @@ inline std::uint32_t pair_word(std::uint16_t lo, std::uint16_t hi) {
 }
 
 // Packs rows [i0, i0 + m) x depth [p0, p0 + kc) of op(A) into micro-panels of MR rows (layout
-// in the file comment); op(A)(i, p) is A[i lda + p], or A[p lda + i] when trans.
+// in the file comment); op(A)(i, p) is A[i lda + p], or A[p lda + i] when trans. (Gathering
+// 8 pairs of a row-major panel per instruction measured twice as slow as this scalar copy.)
 template <class Tile = Tiling>
-void pack_a(const bf16* A, index_t lda, bool trans, index_t i0, index_t m, index_t p0, index_t kc,
-                   std::uint32_t* out) {
+void pack_a(const bf16* A, index_t lda, bool trans, index_t i0, index_t m, index_t p0, index_t kc, std::uint32_t* out) {
   constexpr int MR = Tile::MR;
   const index_t pairs = (kc + 1) / 2, whole = kc / 2;
   for (index_t r0 = 0; r0 < m; r0 += MR, out += MR * pairs) {
@@ -111,6 +116,33 @@ void pack_a(const bf16* A, index_t lda, bool trans, index_t i0, index_t m, index
   }
 }
 
+// Transposes 16 x 16 32-bit words in registers: on return r[i] holds what was column i. Two
+// rounds of unpacks transpose 4 x 4 blocks inside each 128-bit lane, two rounds of lane
+// shuffles move the blocks (the usual AVX-512 pattern, e.g. Eigen's ptranspose of Packet16f).
+MEGACPP_TARGET_AVX512BF16 inline void transpose_16x16_words(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // s[4g + j], lane L: column 4L + j of rows 4g .. 4g + 3
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i u0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), u1 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xDD);
+    const __m512i u2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88), u3 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
+    t[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+    t[8 + j] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+    t[4 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+    t[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
 // Packs depth [p0, p0 + kc) x columns [j0, j0 + n) of op(B) into micro-panels of NR columns
 // (layout in the file comment); op(B)(p, j) is B[p ldb + j], or B[j ldb + p] when trans.
 template <class Tile = Tiling>
@@ -126,30 +158,44 @@ MEGACPP_TARGET_AVX512BF16 void pack_b(const bf16* B, index_t ldb, bool trans, in
   alignas(64) static constexpr std::uint16_t kHigh[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                                           24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
   const __m512i low = _mm512_load_si512(kLow), high = _mm512_load_si512(kHigh);
-  for (index_t c0 = 0; c0 < n; c0 += NR, out += NR * pairs) {
-    const index_t cols = std::min<index_t>(NR, n - c0);
-    if (!trans) {  // each depth step is a contiguous run of columns: interleave two runs
-      for (index_t q = 0; q < pairs; ++q) {
-        const bf16* lo = B + (p0 + 2 * q) * ldb + j0 + c0;
-        const bf16* hi = 2 * q + 1 < kc ? lo + ldb : nullptr;
-        std::uint32_t* dst = out + q * NR;
-        for (index_t c = 0; c < NR; c += 32) {
-          // masked loads read nothing past column n (a masked-off lane never faults)
-          const index_t valid = std::clamp<index_t>(cols - c, 0, 32);
-          const __mmask32 mask = valid == 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << valid) - 1);
-          const __m512i x = _mm512_maskz_loadu_epi16(mask, lo + c);
-          const __m512i y = hi ? _mm512_maskz_loadu_epi16(mask, hi + c) : _mm512_setzero_si512();
-          _mm512_store_si512(dst + c, _mm512_permutex2var_epi16(x, low, y));
-          _mm512_store_si512(dst + c + 16, _mm512_permutex2var_epi16(x, high, y));
-        }
-      }
-      continue;
-    }
-    // op(B) = B^T (the Linear layer's x W^T): column j's pairs are adjacent words of row j of B.
-    // Depth outer, columns inner: the NR rows' cache lines stay in L1 across 32 depth steps.
+  const index_t padded_n = (n + NR - 1) / NR * NR;  // the last panel's columns past n are zeros
+  if (!trans) {
+    // Each depth step is a contiguous run of columns: interleave two rows of B, 32 columns at a
+    // time, and walk each row across every panel (one sequential read of the row; panel by panel
+    // the rows' lines came ldb apart, and packing took ~15% of a 2048^3 product, measured).
     for (index_t q = 0; q < pairs; ++q) {
+      const bf16* lo = B + (p0 + 2 * q) * ldb + j0;
+      const bf16* hi = 2 * q + 1 < kc ? lo + ldb : nullptr;
+      for (index_t c = 0; c < padded_n; c += 32) {
+        // masked loads read nothing past column n (a masked-off lane never faults)
+        const index_t valid = std::clamp<index_t>(n - c, 0, 32);
+        const __mmask32 mask = valid == 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << valid) - 1);
+        const __m512i x = _mm512_maskz_loadu_epi16(mask, lo + c);
+        const __m512i y = hi ? _mm512_maskz_loadu_epi16(mask, hi + c) : _mm512_setzero_si512();
+        std::uint32_t* dst = out + (c / NR) * NR * pairs + q * NR + c % NR;
+        _mm512_store_si512(dst, _mm512_permutex2var_epi16(x, low, y));
+        _mm512_store_si512(dst + 16, _mm512_permutex2var_epi16(x, high, y));
+      }
+    }
+    return;
+  }
+  // op(B) = B^T (the Linear layer's x W^T): column j's pairs are adjacent words of row j of B, so
+  // 16 pairs of 16 columns are a 16 x 16 transpose of words (gathers measured 4x slower).
+  for (index_t c0 = 0; c0 < padded_n; c0 += NR, out += NR * pairs) {
+    const index_t cols = std::clamp<index_t>(n - c0, 0, NR);
+    const bf16* panel = B + (j0 + c0) * ldb + p0;
+    index_t q0 = 0;
+    for (; q0 + 16 <= whole; q0 += 16)
+      for (index_t c = 0; c < NR; c += 16) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = c + i < cols ? _mm512_loadu_si512(panel + (c + i) * ldb + 2 * q0) : _mm512_setzero_si512();
+        transpose_16x16_words(r);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(out + (q0 + i) * NR + c, r[i]);
+      }
+    for (index_t q = q0; q < pairs; ++q) {
       std::uint32_t* dst = out + q * NR;
-      const bf16* src = B + (j0 + c0) * ldb + p0 + 2 * q;
+      const bf16* src = panel + 2 * q;
       if (q < whole)
         for (index_t c = 0; c < cols; ++c) std::memcpy(&dst[c], src + c * ldb, 4);
       else
@@ -215,7 +261,7 @@ MEGACPP_TARGET_AVX512BF16 void micro_kernel(index_t pairs, const std::uint32_t* 
 }
 
 // A thread's packing buffers (words), allocated once per thread and kept for its lifetime (OpenMP
-// reuses its threads). Not counted in memory_stats(): (kMc + kNc) x kKc bf16 per thread.
+// reuses its threads). Not counted in memory_stats(): (kMc + kNc) x kKc bf16 (4.1 MB) per thread.
 template <class Tile = Tiling>
 struct Workspace {
   struct Free {
