@@ -29,9 +29,9 @@
 // (gemm_bf16.hpp), whose sums run one product at a time: the path is chosen once per process.
 //
 // Where the kernel is compiled: every function that uses the instruction carries
-// MEGACPP_TARGET_AVX512BF16 (GCC/clang's target attribute), so the library builds with the
-// project's normal flags on any x86-64 compiler flags and the CPU is asked at run time whether
-// it may run (gemm_bf16.hpp). When -march already enables AVX512-BF16 the attribute changes
+// MEGACPP_TARGET_AVX512BF16 (GCC/clang's target attribute), so the library builds for any
+// x86-64 target (no -march needed) and the CPU is asked at run time whether the kernel may run
+// (gemm_bf16.hpp). When -march already enables AVX512-BF16 the attribute changes
 // nothing. Elsewhere (not x86-64, or not GCC/clang) MEGACPP_HAS_AVX512_BF16_KERNEL is 0 and
 // only the fp32 fallback exists. AMX (AMX-BF16 tiles) is not implemented: no CPU this was
 // developed on has it, and a kernel that has never run is not shipped.
