@@ -231,7 +231,7 @@ TEST_CASE("gemm_bf16: a row of C depends only on its row of op(A), bitwise (row 
       }
 }
 
-TEST_CASE("gemm_bf16: the path is chosen from the CPU and MEGACPP_BF16_GEMM; Cpu::gemm_bf16 runs it",
+TEST_CASE("gemm_bf16: the path is chosen from the CPU and MEGACPP_BF16_GEMM, and Cpu::gemm_bf16 runs it",
           "[kernels][gemm][gemm_bf16]") {
   using cpu::choose_bf16_gemm_path;
   CHECK(choose_bf16_gemm_path(true, nullptr) == Bf16GemmPath::avx512_bf16);

@@ -249,7 +249,7 @@ TEST_CASE("Distributed Muon: world size 2 (in-process fake) equals world size 1 
   CHECK(plan.chunk_end(2) == 5);
 }
 
-TEST_CASE("Muon with ns_bf16 orthogonalises on bf16 GEMM operands; double parameters refuse it", "[optim][muon]") {
+TEST_CASE("Muon with ns_bf16 orthogonalises on bf16 GEMM operands, and double parameters refuse it", "[optim][muon]") {
   // Same weights, same gradient, one step each: the bf16 iteration's update is close to the fp32
   // one (within the bound test_newton_schulz.cpp checks for newton_schulz_bf16) and not equal to it.
   Rng rng(7);

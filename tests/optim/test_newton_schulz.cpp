@@ -201,7 +201,7 @@ double relative_frobenius(const std::vector<double>& a, const std::vector<double
 }
 }  // namespace
 
-TEST_CASE("newton_schulz_bf16 stays within bf16 rounding of the fp32 iteration; NS5's band holds", "[optim][newton_schulz]") {
+TEST_CASE("newton_schulz_bf16 stays within bf16 rounding of the fp32 iteration, and NS5's band holds", "[optim][newton_schulz]") {
   // Tolerance and the figures it was set from: kNsBf16Tolerance (optim_testing.hpp).
   std::vector<Case> cases = band_cases();
   cases.push_back({"random wide (64, 200)", 64, 200, gaussian(64 * 200, 9)});
