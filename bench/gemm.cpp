@@ -13,6 +13,9 @@
 //   fwd+bwd        zero_grad, matmul, backward with a fixed upstream gradient dC: three GEMMs
 //                  (C = AB, dA = dC B^T, dB = A^T dC), counted as 3 * 2 n^3 flops
 // Then the products of one dense training step (bench/train_step's model), Cpu::gemm vs Eigen.
+// Then the bf16 GEMM (Cpu::gemm_bf16: bf16 A, B, fp32 sums and C) at n = 2048 beside the fp32
+// Cpu::gemm on the same threads, timed round-robin with the fp32 fallback path: the ratio
+// bf16 / fp32 is the figure to watch: the target is >= 1.8 on a CPU with AVX512-BF16.
 // Before timing, every result is checked against a naive double-precision reference on sampled
 // entries, and the op is run twice to check it is bitwise deterministic at this thread count;
 // the printed hashes let two runs (same thread count) be compared.
@@ -20,7 +23,9 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -212,6 +217,58 @@ ModelShapes bench_model_shapes(const bench::BenchArgs& args) {
   return total;
 }
 
+// fp32 and bf16 GEMM GFLOP/s of one run at n (all threads, Cpu::gemm's own split).
+struct Bf16Result {
+  double fp32 = 0, bf16 = 0, fallback = 0;
+};
+
+Bf16Result bench_bf16(index_t n, const bench::BenchArgs& args, bool& all_ok) {
+  Rng rng(4321 + static_cast<std::uint64_t>(n));
+  const Tensor<float, Cpu> a = randn<float, Cpu>(Shape{n, n}, rng), b = randn<float, Cpu>(Shape{n, n}, rng);
+  const Tensor<bf16, Cpu> a16 = a.to<bf16>(), b16 = b.to<bf16>();
+  // the reference operands: the bf16 values, exactly, as fp32
+  const Tensor<float, Cpu> a_rounded = a16.to<float>(), b_rounded = b16.to<float>();
+  Tensor<float, Cpu> c(Shape{n, n}), c_bf16(Shape{n, n}), c_fallback(Shape{n, n});
+  const GemmArgs g = GemmArgs::dense(false, false, n, n, n);
+  const cpu::Bf16GemmPath path = cpu::bf16_gemm_path();
+
+  // ---- correctness against the naive reference on the bf16 values, and determinism ----
+  Cpu::gemm_bf16(g, 1.0f, a16.data(), b16.data(), 0.0f, c_bf16.data());
+  const Tensor<float, Cpu> first = c_bf16.clone();
+  Cpu::gemm_bf16(g, 1.0f, a16.data(), b16.data(), 0.0f, c_bf16.data());
+  const bool deterministic = std::memcmp(first.data(), c_bf16.data(), sizeof(float) * static_cast<std::size_t>(n * n)) == 0;
+  cpu::gemm_bf16(g, 1.0f, a16.data(), b16.data(), 0.0f, c_fallback.data(), cpu::Bf16GemmPath::fp32_fallback);
+  constexpr int samples = 256;
+  const auto ref = [&](index_t i, index_t j) { return naive_entry(a_rounded.data(), n, false, b_rounded.data(), n, false, n, i, j); };
+  const double err = max_scaled_error(c_bf16.data(), n, samples, ref);
+  const double err_fallback = max_scaled_error(c_fallback.data(), n, samples, ref);
+  // The products of bf16 values are exact in fp32: only the fp32 summation rounds (same bound as
+  // the fp32 products above).
+  constexpr double tolerance = 1e-5;
+  const bool ok = err < tolerance && err_fallback < tolerance;
+  all_ok = all_ok && ok && deterministic;
+  std::printf("\nbf16 GEMM, n = %" PRId64 ", path %s: naive reference on the bf16 values, %d sampled entries, max |err| / "
+              "sum|terms|: %.1e (fallback %.1e) -> %s; bitwise deterministic over 2 calls: %s, hash %016" PRIx64 "\n",
+              n, std::string(cpu::bf16_gemm_path_name(path)).c_str(), samples, err, err_fallback, ok ? "ok" : "FAILED",
+              deterministic ? "yes" : "NO", bits_hash(first.data(), n * n));
+
+  // ---- timing, round-robin ----
+  const std::vector<bench::TimedCase> cases{
+      {"Cpu::gemm fp32", [&] { Cpu::gemm<float>(g, 1.0f, a.data(), b.data(), 0.0f, c.data()); }},
+      {"Cpu::gemm_bf16", [&] { Cpu::gemm_bf16(g, 1.0f, a16.data(), b16.data(), 0.0f, c_bf16.data()); }},
+      {"gemm_bf16 fp32_fallback", [&] {
+         cpu::gemm_bf16(g, 1.0f, a16.data(), b16.data(), 0.0f, c_fallback.data(), cpu::Bf16GemmPath::fp32_fallback);
+       }},
+  };
+  const std::vector<bench::Timing> t = bench::time_interleaved(cases, args.quick ? 0.2 : 1.5, args.quick ? 2 : 5);
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  std::printf("  %-24s %10s %10s %9s %9s %5s\n", "case", "median ms", "min ms", "GFLOP/s", "vs fp32", "reps");
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    std::printf("  %-24s %10.2f %10.2f %9.1f %9.3f %5d\n", cases[i].name.c_str(), t[i].median_s * 1e3, t[i].min_s * 1e3,
+                flops / t[i].median_s * 1e-9, t[0].median_s / t[i].median_s, t[i].reps);
+  return {flops / t[0].median_s * 1e-9, flops / t[1].median_s * 1e-9, flops / t[2].median_s * 1e-9};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,11 +276,20 @@ int main(int argc, char** argv) {
   bench::print_system_info("gemm", "fp32 C (n, n) = A (n, n) B (n, n), n in {1024, 2048}; Var<float, Cpu> matmul vs Eigen", args);
   const double peak_start = bench::fma_peak_gflops();
   std::printf("fp32 FMA peak: %.1f GFLOP/s measured over all threads (the ceiling for any fp32 GEMM)\n", peak_start);
+  const cpu::Bf16GemmPath bf16_path = cpu::bf16_gemm_path();
+  const char* bf16_setting = std::getenv("MEGACPP_BF16_GEMM");
+  std::printf("bf16 GEMM path: %s (CPU AVX512-BF16: %s; MEGACPP_BF16_GEMM=%s; AMX: no path)\n",
+              std::string(cpu::bf16_gemm_path_name(bf16_path)).c_str(), cpu::cpu_has_avx512_bf16() ? "yes" : "no",
+              bf16_setting ? bf16_setting : "(unset)");
+  const double bf16_peak = bench::bf16_dot_peak_gflops();
+  std::printf("bf16 VDPBF16PS peak: %.1f GFLOP/s measured over all threads (%.2fx the fp32 FMA peak; 0: no AVX512-BF16)\n",
+              bf16_peak, bf16_peak / peak_start);
 
   bool all_ok = true;
   const SizeResult r1024 = bench_size(1024, args, all_ok);
   const SizeResult r2048 = bench_size(2048, args, all_ok);
   const ModelShapes model = bench_model_shapes(args);
+  const Bf16Result bf16 = bench_bf16(2048, args, all_ok);
 
   const double peak_end = bench::fma_peak_gflops();
   std::printf("\nfp32 FMA peak at the end: %.1f GFLOP/s (a change from the start means the machine changed state)\n",
@@ -250,6 +316,12 @@ int main(int argc, char** argv) {
       .add("model_products_eigen_gflops", model.eigen)
       .add("ratio_fwd_vs_eigen_2048", r2048.fwd / r2048.eigen, 3)
       .add("fma_peak_gflops", std::min(peak_start, peak_end))
+      .add("bf16_path", cpu::bf16_gemm_path_name(bf16_path))
+      .add("bf16_gflops_2048", bf16.bf16)
+      .add("fp32_gflops_2048", bf16.fp32)
+      .add("bf16_over_fp32", bf16.bf16 / bf16.fp32, 3)
+      .add("bf16_fallback_gflops_2048", bf16.fallback)
+      .add("bf16_peak_gflops", bf16_peak)
       .add("checks_ok", all_ok ? 1 : 0);
   json.print();
   return all_ok ? 0 : 1;

@@ -3,7 +3,7 @@
 // Walks each --input DIR for C/C++/CUDA sources (sorted, so the output is deterministic), tokenizes each file
 // as one document (byte-level: BOS + bytes + EOS; or, with --tokenizer, a byte-level BPE
 // `tokenizer.json` such as StarCoder's: BOS + BPE tokens + EOS), applies fill-in-the-middle to a
-// share of the training documents (RECIPE.md: rate 0.5, a third of those structured; random only
+// share of the training documents (docs/recipe.md: rate 0.5, a third of those structured; random only
 // with --tokenizer, see below), and writes
 // OUT/train_000000.bin ... and OUT/val_000000.bin in the modded-nanogpt shard format (uint16
 // tokens, or uint32 in any shard holding an id above 65535: write_shard picks per shard). Files

@@ -1,7 +1,7 @@
 // bench/attention/attention.cpp: the fused document-masked attention op (flash_attention, CPU
 // kernel) against the dense reference (dense_attention, materialised scores), forward + backward.
 //
-// Setup (issue 3): fp32, batch 1, 8 query heads, 2 kv heads, head_dim 64, softcap 50 (the recipe
+// Setup: fp32, batch 1, 8 query heads, 2 kv heads, head_dim 64, softcap 50 (the recipe
 // default), no window; T in {1024, 4096}; (a) one document per row, (b) 8 equal documents.
 // Printed, in order:
 //   - system info and the fp32 FMA peak (at the start and at the end of the run)

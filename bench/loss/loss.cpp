@@ -1,7 +1,7 @@
 // bench_loss: peak memory and time of the LM-head loss, fused (row chunks, never the whole
 // logits) against the naive path (matmul -> softcap -> cross_entropy, logits materialised).
 //
-// Issue 6 figure: at B*T = 8192 tokens, V = 65536, d = 512 (fp32) the fused path's peak memory
+// The figure: at B*T = 8192 tokens, V = 65536, d = 512 (fp32) the fused path's peak memory
 // must be below 1/4 of the naive path's. Peak is counted by the CPU backend's allocator (every
 // tensor), from just before the forward to the end of the backward, inputs excluded.
 #include <chrono>

@@ -1,7 +1,7 @@
 // bench_train_step: one full training step (forward, backward, AdamW) of the dense reference
 // model and of an "AAM" hybrid of the same width: tokens/s and MFU.
 //
-// Issue 6 configuration: V = 8192, d = 512, 4 layers, 8 heads / 2 kv heads, T = 1024, B = 4,
+// Configuration: V = 8192, d = 512, 4 layers, 8 heads / 2 kv heads, T = 1024, B = 4,
 // 8 documents per row (BOS every 128 tokens), fp32. MFU = model FLOPs per second / the
 // Cpu::gemm rate measured in the same run (2048^3), model FLOPs = 6 x (matrix parameters incl.
 // the tied head) per token + 6 x the attention products actually computed (QK^T and PV, causal

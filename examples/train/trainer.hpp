@@ -2,11 +2,11 @@
 //
 // One optimizer step = `accumulation` micro-batches of (micro_batch x seq_len) packed tokens,
 // losses scaled by 1 / accumulation so the gradient is the mean over the global batch, global
-// gradient-norm clipping (RECIPE.md: 1.0), then Muon (2-D matrices) + AdamW (the rest) with an
+// gradient-norm clipping (docs/recipe.md: 1.0), then Muon (2-D matrices) + AdamW (the rest) with an
 // absolute-warmup LR schedule and Muon momentum warmup (modded-nanogpt: 0.85 -> 0.95 over 300
 // steps). Everything that decides the next step lives in a checkpoint (weights, optimizer
 // moments and counters, the data position, the RNG), so `--resume` continues bit for bit on the
-// same thread count. A phase (RECIPE.md "Curriculum") sets seq_len, rope_theta and micro-batch;
+// same thread count. A phase (docs/recipe.md "Curriculum") sets seq_len, rope_theta and micro-batch;
 // the global batch in tokens is constant, so accumulation is recomputed, and a resumed run may
 // enter another phase.
 //

@@ -240,11 +240,34 @@ std::vector<Case<T, B>> kernel_cases() {
 // The seed of case `index`'s inputs: the same on every backend, so they all see the same data.
 inline std::uint64_t case_seed(std::size_t index) { return 1000 + index; }
 
+// gemm_bf16 (bf16 operands, fp32 sums and C): a float case only, since its output is fp32.
+template <Backend B>
+Case<float, B> gemm_bf16_case() {
+  return {"gemm_bf16: all four transposes, padded ld, batch with shared B (stride 0), alpha 0.5, beta 0.5 and 0",
+          [](Harness<float, B>& h) {
+            Outputs out;
+            const index_t batch = 2, m = 5, n = 7, k = 9, ld = 11;
+            for (bool ta : {false, true})
+              for (bool tb : {false, true}) {
+                // (ld, ld) per entry holds op(A) (m, k) either way round, and op(B) (k, n)
+                const Tensor<bf16, B> a = h.uniform({batch, ld, ld}).template to<bf16>();
+                const Tensor<bf16, B> b = h.uniform({ld, ld}).template to<bf16>();
+                Tensor<float, B> c = h.uniform({batch, m, ld});
+                const GemmArgs g{.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .lda = ld, .ldb = ld, .ldc = ld,
+                                 .stride_a = ld * ld, .stride_b = 0, .stride_c = m * ld, .batch = batch};
+                B::gemm_bf16(g, 0.5f, a.data(), b.data(), ta == tb ? 0.5f : 0.0f, c.data());
+                out.push_back(Harness<float, B>::doubles(c));
+              }
+            return out;
+          }};
+}
+
 // Every case, op cases first; both test translation units index into this one list.
 template <class T, Backend B>
 std::vector<Case<T, B>> all_cases() {
   std::vector<Case<T, B>> cases = op_cases<T, B>();
   for (auto& c : kernel_cases<T, B>()) cases.push_back(c);
+  if constexpr (std::is_same_v<T, float>) cases.push_back(gemm_bf16_case<B>());
   return cases;
 }
 

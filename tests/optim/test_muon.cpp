@@ -248,3 +248,32 @@ TEST_CASE("Distributed Muon: world size 2 (in-process fake) equals world size 1 
   CHECK(plan.chunk_begin(2) == 4);
   CHECK(plan.chunk_end(2) == 5);
 }
+
+TEST_CASE("Muon with ns_bf16 orthogonalises on bf16 GEMM operands, and double parameters refuse it", "[optim][muon]") {
+  // Same weights, same gradient, one step each: the bf16 iteration's update is close to the fp32
+  // one (within the bound test_newton_schulz.cpp checks for newton_schulz_bf16) and not equal to it.
+  Rng rng(7);
+  const auto w0 = randn<float, Cpu>({24, 40}, rng), g = randn<float, Cpu>({24, 40}, rng);
+  Param<float, Cpu> a(w0.clone(), Role::matrix), b(w0.clone(), Role::matrix);
+  optim::Muon<float, Cpu> fp32({optim::make_param_ref("w", a)}, {.lr = 0.02});
+  optim::Muon<float, Cpu> mixed({optim::make_param_ref("w", b)}, {.lr = 0.02, .ns_bf16 = true});
+  a.var.grad_buffer().assign(g.clone());
+  b.var.grad_buffer().assign(g.clone());
+  fp32.step();
+  mixed.step();
+  const auto start = w0.to_host(), wa = a.value().to_host(), wb = b.value().to_host();
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    const double ua = wa[i] - start[i], ub = wb[i] - start[i];
+    diff += (ua - ub) * (ua - ub);
+    norm += ua * ua;
+  }
+  INFO("||update_bf16 - update_fp32|| / ||update_fp32|| = " << std::sqrt(diff / norm));
+  CHECK(std::sqrt(diff / norm) < kNsBf16Tolerance);
+  CHECK(diff > 0);
+
+  Param<double, Cpu> d(Tensor<double, Cpu>::zeros({4, 4}), Role::matrix);
+  using MuonDouble = optim::Muon<double, Cpu>;
+  const optim::MuonOptions bf16_ns{.ns_bf16 = true};
+  CHECK_THROWS_WITH(MuonDouble({optim::make_param_ref("w", d)}, bf16_ns), Contains("ns_bf16") && Contains("float"));
+}

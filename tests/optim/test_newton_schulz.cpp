@@ -175,3 +175,48 @@ TEST_CASE("Newton-Schulz policies and cost model", "[optim][newton_schulz]") {
   CHECK(optim::newton_schulz_flops(4096, 1024, 1) == optim::newton_schulz_flops(1024, 4096, 1));
   CHECK_THROWS_WITH((optim::NsWorkspace<float, Cpu>(0, 3)), Catch::Matchers::Contains("(0, 3)"));
 }
+
+namespace {
+// Runs newton_schulz_bf16<P> (GEMM operands rounded to bf16, fp32 sums) on host values.
+template <class P>
+std::vector<double> run_ns_bf16(const std::vector<double>& g, index_t rows, index_t cols, int steps = P::default_steps) {
+  std::vector<float> gt(g.begin(), g.end());
+  const auto input = Tensor<float, Cpu>::from_host({rows, cols}, gt);
+  Tensor<float, Cpu> out({rows, cols});
+  optim::NsWorkspace<float, Cpu> ws(rows, cols);
+  optim::newton_schulz_bf16<P>(input.data(), out.data(), ws, steps);
+  const std::vector<float> host = out.to_host();
+  return std::vector<double>(host.begin(), host.end());
+}
+
+// ||a - b||_F / ||b||_F
+double relative_frobenius(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+}  // namespace
+
+TEST_CASE("newton_schulz_bf16 stays within bf16 rounding of the fp32 iteration, and NS5's band holds", "[optim][newton_schulz]") {
+  // Tolerance and the figures it was set from: kNsBf16Tolerance (optim_testing.hpp).
+  std::vector<Case> cases = band_cases();
+  cases.push_back({"random wide (64, 200)", 64, 200, gaussian(64 * 200, 9)});
+  for (const Case& c : cases) {
+    const auto ns5 = run_ns_bf16<NS5>(c.g, c.rows, c.cols);
+    const auto pe = run_ns_bf16<PolarExpress>(c.g, c.rows, c.cols);
+    const double rel_ns5 = relative_frobenius(ns5, run_ns<NS5, float>(c.g, c.rows, c.cols));
+    const double rel_pe = relative_frobenius(pe, run_ns<PolarExpress, float>(c.g, c.rows, c.cols));
+    const std::vector<double> s = singular_values(ns5, c.rows, c.cols);
+    INFO(c.what << ": ||O_bf16 - O_fp32|| / ||O_fp32||: NS5 " << rel_ns5 << ", Polar Express " << rel_pe
+                << "; NS5 bf16 singular values in [" << s.back() << ", " << s.front() << "]");
+    CHECK(rel_ns5 < kNsBf16Tolerance);
+    CHECK(rel_pe < kNsBf16Tolerance);
+    CHECK(rel_ns5 > 0.0);  // the bf16 path did run
+    CHECK(s.front() <= 1.5);
+    CHECK(s.back() >= 0.5);
+  }
+}

@@ -6,7 +6,8 @@
 /// never a backend's internals. Pointers are the backend's memory (host memory for Cpu, device
 /// memory for Cuda); `index_t` sizes; every kernel is synchronous with respect to later kernels
 /// of the same backend. Element types: memory functions take any storage type; compute kernels
-/// take float and double (bf16/f16 are converted with `convert` first).
+/// take float and double (bf16/f16 are converted with `convert` first), except `gemm_bf16`,
+/// which multiplies bf16 operands with fp32 sums into an fp32 C (mixed precision).
 ///
 /// Conventions shared by all kernels:
 /// - Matrices are row-major. `beta` selects overwrite (0) or accumulate (1) into the output, so
@@ -22,6 +23,7 @@
 #include <utility>
 
 #include "megacpp/core/config.hpp"
+#include "megacpp/core/dtypes.hpp"
 
 namespace megacpp {
 
@@ -95,7 +97,7 @@ struct NoOpUpdate {
 /// implementation.
 // clang-format off
 template <class B>
-concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, std::size_t n,
+concept Backend = requires(float* p, const float* cp, const bf16* cbf, const std::int32_t* idx, std::size_t n,
                            index_t i, float s, const GemmArgs& g, In<float> in) {
   { B::name } -> std::convertible_to<std::string_view>;
   { B::host_accessible } -> std::convertible_to<bool>;  // data() is dereferenceable on the host
@@ -112,6 +114,7 @@ concept Backend = requires(float* p, const float* cp, const std::int32_t* idx, s
   B::synchronize();
   // dense algebra
   B::template gemm<float>(g, s, cp, cp, s, p);
+  B::gemm_bf16(g, s, cbf, cbf, s, p);  // GemmArgs with bf16 A, B; fp32 sums and C
   // elementwise and reductions over functors
   B::template map<float>(i, i, IdentityFunctor{}, p, in);
   B::template update_in_place<float>(i, NoOpUpdate{}, p, p, p, cp);

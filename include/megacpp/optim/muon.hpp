@@ -22,6 +22,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@ struct MuonOptions {
   bool nesterov = true;       ///< use (1 - m) g + m buf instead of buf
   int ns_steps = 0;           ///< Newton-Schulz steps; 0 takes the coefficient policy's default (5)
   double weight_decay = 0.0;  ///< decoupled: W *= 1 - lr * weight_decay before the update
+  bool ns_bf16 = false;       ///< Newton-Schulz GEMMs on bf16 operands (newton_schulz_bf16; float parameters only)
 };
 
 namespace detail {
@@ -73,6 +75,8 @@ class Muon {
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
       const Group& g = groups_[gi];
       detail::validate_muon_options(g.options, g.name);
+      check(!g.options.ns_bf16 || std::is_same_v<T, float>, "Muon", "group '", g.name,
+            "': ns_bf16 needs float parameters (the bf16 GEMM sums into fp32)");
       for (const ParamRef<T, B>& p : g.params) {
         check(p.role != Role::mtp, "Muon", "parameter '", p.name,
               "' has Role::mtp: MTP parameters must never be optimised by Muon (docs/recipe.md \"Optimizers\"); "
@@ -203,6 +207,12 @@ class Muon {
       B::template map<T>(1, s.numel(), fn::Lerp{o.momentum}, ws.input.data(), In<T>{s.param.grad().data()},
                          In<T>{s.momentum_buffer.data()});
       g = ws.input.data();
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (o.ns_bf16) {
+        newton_schulz_bf16<Coefficients, B>(g, out, ws, ns_steps(o));
+        return;
+      }
     }
     newton_schulz<Coefficients, T, B>(g, out, ws, ns_steps(o));
   }

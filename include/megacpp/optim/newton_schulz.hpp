@@ -16,8 +16,10 @@
 // symmetric), so no transposed copy is ever made. Folding a X into the polynomial (a I + ...)
 // makes the last product one GEMM with beta = 0 and keeps every elementwise pass on (s, s).
 //
-// NS runs in the parameter's element type: fp32 on the CPU (the Backend's GEMM is fp32/fp64);
-// a bf16 GEMM on the GPU is allowed by the recipe and would be a backend addition.
+// NS runs in the parameter's element type (fp32 or fp64) by default. newton_schulz_bf16() runs
+// the same iteration with every GEMM operand rounded to bf16 (Backend::gemm_bf16: fp32 sums into
+// fp32 results), as Muon does on G.bfloat16() in modded-nanogpt; the normalisation and the
+// polynomial's elementwise pass stay fp32. MuonOptions::ns_bf16 selects it.
 //
 // newton_schulz_reference() below is the naive double-precision host version, written exactly
 // as modded-nanogpt's Python (explicit transpose, A @ A, B @ X); tests compare the two.
@@ -110,6 +112,9 @@ struct NsWorkspace {
   Tensor<T, B> row_sums;     ///< per-row sums of squares of G: (R)
   Tensor<T, B> sum_sq;       ///< ||G||_F^2: (1)
   Tensor<T, B> input;        ///< scratch the caller may fill with G (Muon's Nesterov mix): (R, C)
+  Tensor<bf16, B> x_bf16;     ///< X rounded to bf16 (newton_schulz_bf16 only; allocated on first use): (R, C)
+  Tensor<bf16, B> gram_bf16;  ///< A rounded to bf16 (as x_bf16): (s, s)
+  Tensor<bf16, B> poly_bf16;  ///< a I + b A + c A^2 rounded to bf16 (as x_bf16): (s, s)
 
   NsWorkspace() = default;
   /// Buffers for (rows, cols) matrices.
@@ -158,6 +163,50 @@ void newton_schulz(const T* g, T* out, NsWorkspace<T, B>& ws, int steps) {
     // X' = P X (wide) or X P (tall): (R, C)
     if (wide) detail::gemm_rm<T, B>(false, false, r, c, r, T(1), ws.poly.data(), x, T(0), next);
     else detail::gemm_rm<T, B>(false, false, r, c, c, T(1), x, ws.poly.data(), T(0), next);
+    spare = x;
+    x = next;
+  }
+}
+
+/// newton_schulz() with the GEMMs on bf16 operands (Backend::gemm_bf16): each step rounds X, A and
+/// the polynomial to bf16 before the product that reads them; sums, results, the normalisation
+/// and the elementwise pass stay fp32. The first call allocates the workspace's bf16 buffers.
+template <NsCoefficients P, Backend B>
+void newton_schulz_bf16(const float* g, float* out, NsWorkspace<float, B>& ws, int steps) {
+  check(steps >= 0, "newton_schulz_bf16", "steps must be >= 0, got ", steps);
+  const index_t r = ws.rows, c = ws.cols, s = ws.small, n = r * c;
+  const bool wide = r <= c;
+  if (!ws.x_bf16.defined()) {
+    ws.x_bf16 = Tensor<bf16, B>(Shape{r, c});
+    ws.gram_bf16 = Tensor<bf16, B>(Shape{s, s});
+    ws.poly_bf16 = Tensor<bf16, B>(Shape{s, s});
+  }
+  const auto to_bf16 = [](const float* src, index_t count, bf16* dst) {
+    B::template convert<float, bf16>(static_cast<std::size_t>(count), src, dst);
+  };
+  const auto gemm = [](bool ta, bool tb, index_t m, index_t nn, index_t k, float alpha, const bf16* a, const bf16* b, float* y) {
+    B::gemm_bf16(GemmArgs::dense(ta, tb, m, nn, k), alpha, a, b, 0.0f, y);
+  };
+  sum_of_squares<float, B>(r, c, g, ws.row_sums.data(), ws.sum_sq.data());
+  float* x = steps == 0 ? out : ws.x.data();
+  B::template map<float>(n, 1, fn::DivideByFrobenius{P::norm_scale, P::eps}, x, In<float>{g}, In<float>{ws.sum_sq.data(), true});
+  float* spare = ws.x_next.data();
+  bf16* x16 = ws.x_bf16.data();
+  bf16* gram16 = ws.gram_bf16.data();
+  bf16* poly16 = ws.poly_bf16.data();
+  for (int k = 0; k < steps; ++k) {
+    const QuinticCoefficients q = P::at(k);
+    float* next = k + 1 == steps ? out : spare;
+    to_bf16(x, n, x16);
+    if (wide) gemm(false, true, s, s, c, 1.0f, x16, x16, ws.gram.data());  // A = X X^T
+    else gemm(true, false, s, s, r, 1.0f, x16, x16, ws.gram.data());       // A = X^T X
+    to_bf16(ws.gram.data(), s * s, gram16);
+    gemm(false, false, s, s, s, static_cast<float>(q.c), gram16, gram16, ws.poly.data());  // c A A
+    B::template map<float>(s, s, fn::QuinticTail{q.a, q.b}, ws.poly.data(), In<float>{ws.poly.data()},
+                           In<float>{ws.gram.data()}, In<float>{ws.identity.data()});
+    to_bf16(ws.poly.data(), s * s, poly16);
+    if (wide) gemm(false, false, r, c, r, 1.0f, poly16, x16, next);  // X' = P X
+    else gemm(false, false, r, c, c, 1.0f, x16, poly16, next);       // X' = X P
     spare = x;
     x = next;
   }

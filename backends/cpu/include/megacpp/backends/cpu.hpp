@@ -10,6 +10,7 @@
 #define MEGACPP_CPU_BACKEND_INTERNAL
 #include "megacpp/backends/cpu/detail/elementwise.hpp"
 #include "megacpp/backends/cpu/detail/gemm.hpp"
+#include "megacpp/backends/cpu/detail/gemm_bf16.hpp"
 #include "megacpp/backends/cpu/detail/indexing.hpp"
 #include "megacpp/backends/cpu/detail/memory.hpp"
 #include "megacpp/backends/cpu/detail/parallel.hpp"
@@ -60,6 +61,11 @@ struct Cpu {
   /// Strided batched GEMM (GemmArgs) on the packed register-tiled kernel (detail/gemm_kernel.hpp).
   template <class T>
   static void gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c) { cpu::gemm<T>(g, alpha, a, b, beta, c); }
+  /// The same GEMM on bf16 A and B with fp32 sums into fp32 C: the VDPBF16PS kernel where the CPU
+  /// has AVX512-BF16, else conversion to fp32 (cpu::bf16_gemm_path(), detail/gemm_bf16.hpp).
+  static void gemm_bf16(const GemmArgs& g, float alpha, const bf16* a, const bf16* b, float beta, float* c) {
+    cpu::gemm_bf16(g, alpha, a, b, beta, c, cpu::bf16_gemm_path());
+  }
 
   // --- elementwise, reductions, layout ---
   /// out[r, c] = f(ins[r, c]...) over a (rows, cols) grid; broadcast operands index by c only.

@@ -54,6 +54,10 @@ struct Cuda {
   // --- dense algebra ---
   template <class T>
   static void gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c) { cuda::gemm<T>(g, alpha, a, b, beta, c); }
+  // bf16 A and B, fp32 sums and C (cuBLAS GemmEx on the tensor cores).
+  static void gemm_bf16(const GemmArgs& g, float alpha, const bf16* a, const bf16* b, float beta, float* c) {
+    cuda::gemm_bf16(g, alpha, a, b, beta, c);
+  }
 
   // --- elementwise, reductions, layout ---
   template <class T, class F, class... Ins>

@@ -59,59 +59,66 @@ inline int gemm_threads(index_t macs) {
 }
 
 // One product on `threads` threads: C split into one contiguous block of rows (or, when C is
-// wider than tall, of columns) per thread, each block a single-threaded packed product.
+// wider than tall, of columns) per thread, each block a single-threaded product
+// `kernel(part, a, b, c)` on the block's operands.
 //
 // Why independent blocks rather than threads sharing packed panels (BLIS, Eigen): shared panels
 // make the threads wait on each other at every depth block, so one late thread (a preempted
 // vCPU, a busy hyperthread sibling) stalls all of them; a block costs one extra packing of the
 // shared operand per thread (k n elements beside m n k / threads multiply-adds). Blocks start at
-// whole tiles (MR rows, NR columns) so no thread computes a padded tile it does not need.
+// whole tiles (mr rows, nr columns) so no thread computes a padded tile it does not need.
 //
 // Every element of C is computed by one thread with the same arithmetic as on one thread
-// (gemm_kernel.hpp): the result is bitwise independent of the thread count.
-template <class T>
-void gemm_split(const GemmArgs& g, int threads, T alpha, const T* A, const T* B, T beta, T* C) {
-  using Tile = packed_gemm::Tiling<T>;
+// (gemm_kernel.hpp, gemm_bf16_kernel.hpp): the result is bitwise independent of the thread count.
+template <class TA, class TB, class TC, class Kernel>
+void gemm_split(const GemmArgs& g, int threads, index_t mr, index_t nr, const TA* A, const TB* B, TC* C, Kernel kernel) {
   const bool by_rows = g.m >= g.n;
   const index_t extent = by_rows ? g.m : g.n;
 #pragma omp parallel num_threads(threads)
   {
-    const auto [begin, end] = thread_chunk(extent, omp_get_thread_num(), omp_get_num_threads(), by_rows ? Tile::MR : Tile::NR);
+    const auto [begin, end] = thread_chunk(extent, omp_get_thread_num(), omp_get_num_threads(), by_rows ? mr : nr);
     if (begin < end) {
       GemmArgs part = g;
       if (by_rows) {
         part.m = end - begin;
-        const T* a_rows = g.trans_a ? A + begin : A + begin * g.lda;  // rows [begin, end) of op(A)
-        packed_gemm::gemm<T>(part, alpha, a_rows, B, beta, C + begin * g.ldc);
+        const TA* a_rows = g.trans_a ? A + begin : A + begin * g.lda;  // rows [begin, end) of op(A)
+        kernel(part, a_rows, B, C + begin * g.ldc);
       } else {
         part.n = end - begin;
-        const T* b_cols = g.trans_b ? B + begin * g.ldb : B + begin;  // columns [begin, end) of op(B)
-        packed_gemm::gemm<T>(part, alpha, A, b_cols, beta, C + begin);
+        const TB* b_cols = g.trans_b ? B + begin * g.ldb : B + begin;  // columns [begin, end) of op(B)
+        kernel(part, A, b_cols, C + begin);
       }
     }
   }
 }
 
-template <class T>
-void gemm(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) {
+// The batch and thread policy of every CPU GEMM: a batch of small products runs one product per
+// thread; one product, or a batch of large ones, splits each product across the threads
+// (gemm_split). `kernel(g, a, b, c)` is one product on the calling thread; mr x nr its tile.
+template <class TA, class TB, class TC, class Kernel>
+void gemm_batched(const GemmArgs& g, index_t mr, index_t nr, const TA* A, const TB* B, TC* C, Kernel kernel) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const index_t macs = g.m * g.n * std::max<index_t>(g.k, 1);  // per product
-  // A batch of small products: one product per thread.
   if (g.batch > 1 && macs < kGemmBatchSplitThreshold) {
-    parallel_for(g.batch, macs, [&](index_t i) {
-      packed_gemm::gemm<T>(g, alpha, A + i * g.stride_a, B + i * g.stride_b, beta, C + i * g.stride_c);
-    });
+    parallel_for(g.batch, macs, [&](index_t i) { kernel(g, A + i * g.stride_a, B + i * g.stride_b, C + i * g.stride_c); });
     return;
   }
-  // One product, or a batch of large ones: each product split across the threads.
   const int threads = gemm_threads(macs);
   for (index_t i = 0; i < g.batch; ++i) {
-    const T* a = A + i * g.stride_a;
-    const T* b = B + i * g.stride_b;
-    T* c = C + i * g.stride_c;
-    if (threads > 1) gemm_split<T>(g, threads, alpha, a, b, beta, c);
-    else packed_gemm::gemm<T>(g, alpha, a, b, beta, c);
+    const TA* a = A + i * g.stride_a;
+    const TB* b = B + i * g.stride_b;
+    TC* c = C + i * g.stride_c;
+    if (threads > 1) gemm_split(g, threads, mr, nr, a, b, c, kernel);
+    else kernel(g, a, b, c);
   }
+}
+
+template <class T>
+void gemm(const GemmArgs& g, T alpha, const T* A, const T* B, T beta, T* C) {
+  using Tile = packed_gemm::Tiling<T>;
+  gemm_batched(g, Tile::MR, Tile::NR, A, B, C, [&](const GemmArgs& part, const T* a, const T* b, T* c) {
+    packed_gemm::gemm<T>(part, alpha, a, b, beta, c);
+  });
 }
 
 }  // namespace megacpp::cpu

@@ -25,7 +25,7 @@
 // the full tile on zero-padded (or, for rows read in place, repeated) operands and the same
 // packet update on a copy of C. So a row of C depends only on its row of op(A) and on op(B):
 // independent of the row count m, of the rows beside it and of the thread split. That is what
-// lets a whole layer give a document the same bits packed or alone (RECIPE.md, "Document
+// lets a whole layer give a document the same bits packed or alone (docs/recipe.md, "Document
 // masking"), and a product the same bits on any thread count.
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"

@@ -96,4 +96,32 @@ void gemm(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T* c) {
   gemm_strided<T>(g, alpha, a, b, beta, c);
 }
 
+// The same GEMM on bf16 A and B with fp32 sums into fp32 C (reference: cpu::gemm_bf16):
+// cublasGemmStridedBatchedEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F, so the products
+// run on the tensor cores (which take bf16 for any math mode) and accumulate in fp32.
+// megacpp's bf16 is 16 raw bits, the layout of CUDA's __nv_bfloat16.
+inline void gemm_bf16(const GemmArgs& g, float alpha, const bf16* a, const bf16* b, float beta, float* c) {
+  static_assert(sizeof(bf16) == 2 && alignof(bf16) == 2, "megacpp_bf16_must_match_nv_bfloat16");
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  if (g.stride_c == 0 && g.batch > 1) {  // a shared C: entry by entry, as gemm() does
+    GemmArgs one = g;
+    one.batch = 1;
+    for (index_t i = 0; i < g.batch; ++i) gemm_bf16(one, alpha, a + i * g.stride_a, b + i * g.stride_b, beta, c);
+    return;
+  }
+  if (g.k == 0) {
+    scale_matrices_kernel<float><<<grid_for(g.batch * g.m * g.n), kThreads, 0, kStream>>>(g.batch, g.m, g.n, g.ldc,
+                                                                                           g.stride_c, beta, c);
+    MEGACPP_CUDA_CHECK_LAUNCH(scale_matrices_kernel);
+    return;
+  }
+  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T (see the file comment).
+  MEGACPP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(cublas_handle(), op_b, op_a, g.n, g.m, g.k, &alpha, b, CUDA_R_16BF,
+                                                     g.ldb, g.stride_b, a, CUDA_R_16BF, g.lda, g.stride_a, &beta, c,
+                                                     CUDA_R_32F, g.ldc, g.stride_c, g.batch, CUBLAS_COMPUTE_32F,
+                                                     CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace megacpp::cuda
