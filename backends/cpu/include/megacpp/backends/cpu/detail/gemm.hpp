@@ -70,10 +70,11 @@ inline int gemm_threads(index_t macs) {
 // Every element of C is computed by one thread with the same arithmetic as on one thread
 // (gemm_kernel.hpp): the result is bitwise independent of the thread count.
 template <class T>
-void gemm_split(const GemmArgs& g, int threads, T alpha, const T* A, const T* B, T beta, T* C) {
+void gemm_split(const GemmArgs& g, [[maybe_unused]] int threads, T alpha, const T* A, const T* B, T beta, T* C) {
   using Tile = packed_gemm::Tiling<T>;
   const bool by_rows = g.m >= g.n;
   const index_t extent = by_rows ? g.m : g.n;
+  // `threads` is read only by the pragma: unused when compiled without OpenMP.
 #pragma omp parallel num_threads(threads)
   {
     const auto [begin, end] = thread_chunk(extent, omp_get_thread_num(), omp_get_num_threads(), by_rows ? Tile::MR : Tile::NR);
