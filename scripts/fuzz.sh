@@ -34,10 +34,10 @@ for reader in "${readers[@]}"; do
   mkdir -p "$corpus"
   log="$build/logs/$reader.log"
   echo "== fuzz_$reader for ${seconds} s ${MEGACPP_FUZZ_FLAGS:-}"
-  # -timeout: an input that takes 10 s is a finding (a parser loop); -rss_limit_mb bounds a
+  # -timeout: an input that takes 30 s is a finding (a parser loop); -rss_limit_mb bounds a
   # reader that allocates what a corrupt size field claims. -max_len fits every seed.
   # shellcheck disable=SC2086
-  if "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+  if "$fuzzer" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
        -artifact_prefix="$build/findings/$reader-" ${MEGACPP_FUZZ_FLAGS:-} "$corpus" "$build/seeds/$reader" >"$log" 2>&1; then
     grep -E '^(Done|stat::number_of_executed_units|stat::average_exec_per_sec)|DONE' "$log" || true
   else
