@@ -28,13 +28,15 @@ required_conan_version = ">=2.0"
 
 class MegacppConan(ConanFile):
     name = "megacpp"
+    license = "MIT"
+    # No url/homepage: megacpp has no public address yet, and both fields are optional in Conan 2.
     description = "Header-only C++20 tensors, autograd and hybrid LM layers, with CPU (Eigen) and CUDA backends"
     topics = ("deep-learning", "autograd", "tensor", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
     options = {"cuda": [True, False], "mpi": [True, False], "examples": [True, False]}
     default_options = {"cuda": False, "mpi": False, "examples": False}
-    exports_sources = ("CMakeLists.txt", "cmake/*", "include/*", "backends/*/include/*", "examples/*")
+    exports_sources = ("LICENSE", "CMakeLists.txt", "cmake/*", "include/*", "backends/*/include/*", "examples/*")
     no_copy_source = True
 
     def set_version(self):
@@ -78,9 +80,8 @@ class MegacppConan(ConanFile):
             cmake.build()
 
     def package(self):
-        CMake(self).install()
-        for license_file in ("LICENSE", "LICENSE.txt", "COPYING"):
-            copy(self, license_file, self.source_folder, os.path.join(self.package_folder, "licenses"))
+        CMake(self).install()  # the LICENSE goes to share/doc/megacpp too
+        copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
 
     def package_info(self):
         # CMake: megacpp's own config in share/cmake/megacpp, found through CMAKE_PREFIX_PATH.

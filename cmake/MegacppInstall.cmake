@@ -6,7 +6,7 @@
 # What is installed: every header (include/megacpp and each backends/*/include, the CUDA backend's
 # too, whether or not nvcc exists here: installing headers never needs CUDA), the exported target
 # megacpp::megacpp (megacppTargets.cmake), megacppConfig.cmake, megacppConfigVersion.cmake and
-# FindNCCL.cmake. megacpp::cuda, megacpp::mpi and megacpp::nccl are not exported from this build:
+# FindNCCL.cmake, and the LICENSE (share/doc/megacpp/LICENSE). megacpp::cuda, megacpp::mpi and megacpp::nccl are not exported from this build:
 # megacppConfig.cmake defines them in the consumer's project when asked for, from what the
 # consumer's machine has, so one installed package serves CPU-only and CUDA consumers alike.
 include(GNUInstallDirs)
@@ -63,6 +63,10 @@ write_basic_package_version_file("${_megacpp_config_dir}/megacppConfigVersion.cm
 install(FILES "${_megacpp_config_dir}/megacppConfig.cmake" "${_megacpp_config_dir}/megacppConfigVersion.cmake"
               "${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake"
         DESTINATION "${MEGACPP_INSTALL_CMAKEDIR}")
+
+# ---- the license --------------------------------------------------------------------------------
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DOCDIR}")  # share/doc/megacpp
+
 unset(_megacpp_includes)
 unset(_megacpp_compatibility)
 unset(_megacpp_config_dir)

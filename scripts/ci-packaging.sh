@@ -65,6 +65,7 @@ install_and_consume() {
     return 1
   fi
   echo "installed $(wc -l <"$work/headers.installed") headers and $(cd "$work/prefix/share/cmake/megacpp" && echo *)"
+  cmp "$root/LICENSE" "$work/prefix/share/doc/megacpp/LICENSE" || { echo "packaging: the license is not installed"; return 1; }
   consume consumer "$root/tests/consumer" -DCMAKE_PREFIX_PATH="$work/prefix"
 }
 
@@ -96,6 +97,11 @@ conan_create() {
   (cd "$root" && "$conan" create . -s compiler.cppstd=20 --build=missing "${options[@]}" >"$work/conan-create.log" 2>&1) ||
     { tail -n 80 "$work/conan-create.log"; echo "packaging: conan create failed (log: $work/conan-create.log)"; return 1; }
   grep -E "RUN: \./|train_tiny_mlp|component_check|Resolved|eigen/.*: eigen" "$work/conan-create.log"
+  # The package carries the license where Conan expects it (licenses/) as well as share/doc.
+  local licenses
+  licenses="$(find "$CONAN_HOME/p" -path '*/p/licenses/LICENSE' -exec grep -l "the megacpp authors" {} + || true)"
+  [ -n "$licenses" ] && cmp "$root/LICENSE" "${licenses%%$'\n'*}" ||
+    { echo "packaging: the conan package has no licenses/LICENSE"; return 1; }
 }
 
 vcpkg_port() {

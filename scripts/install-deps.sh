@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ccache                  # toolchain (CMake >= 3.25 for workflow presets)
+  clang libomp-dev                       # the clang preset and the fuzzers (clang 14; its OpenMP runtime)
   libeigen3-dev                          # core: CPU backend GEMM
   catch2                                 # tests (Catch2 v2.13)
   libboost-program-options-dev           # trainer CLI

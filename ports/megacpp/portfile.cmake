@@ -2,6 +2,8 @@
 #   vcpkg install megacpp[cuda,mpi] --overlay-ports=<megacpp>/ports
 # The source is the checkout this port lives in. A registry port would fetch a release instead
 # (vcpkg_from_github(OUT_SOURCE_PATH SOURCE_PATH REPO ... REF v${VERSION} SHA512 ...)).
+# "supports": "linux" in vcpkg.json: the CPU backend maps files with mmap (POSIX) and needs an
+# OpenMP compiler; nothing else is built or tested.
 # vcpkg itself is not available on megacpp's CI machines: scripts/ci-packaging.sh runs this file
 # through packaging/vcpkg/run-port.cmake, which stands in for vcpkg's helper functions.
 set(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../..")
@@ -32,10 +34,6 @@ vcpkg_cmake_config_fixup(PACKAGE_NAME megacpp CONFIG_PATH share/cmake/megacpp)
 
 file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug")
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
-# megacpp has no LICENSE file yet; vcpkg requires a copyright file, so say so until it has one.
-if(EXISTS "${SOURCE_PATH}/LICENSE")
-  vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
-else()
-  file(WRITE "${CURRENT_PACKAGES_DIR}/share/${PORT}/copyright"
-       "megacpp has not published a license yet (no LICENSE file in its source).\n")
-endif()
+# vcpkg's place for the license is share/megacpp/copyright; drop the share/doc copy of cmake --install.
+vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
+file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/share/doc")

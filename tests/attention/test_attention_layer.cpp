@@ -14,9 +14,9 @@ using Catch::Matchers::Contains;
 static_assert(std::is_same_v<GQA<float, Cpu>::SoftcapPolicy, Softcap<50>>);
 static_assert(std::is_same_v<GQA<float, Cpu>::ScalePolicy, InvSqrtHeadDim>);
 static_assert(std::is_same_v<GQA<float, Cpu>::QKNormPolicy, NoQKNorm>);
-using NanoGptAttention = GQA<double, Cpu, QKNorm, NoSoftcap, Scale<0.12>>;
+using NanoGptAttention = GQA<double, Cpu, QKNorm, NoSoftcap, Scale<12, 100>>;
 static_assert(std::is_same_v<NanoGptAttention::SoftcapPolicy, NoSoftcap>);
-static_assert(std::is_same_v<NanoGptAttention::ScalePolicy, Scale<0.12>>);
+static_assert(std::is_same_v<NanoGptAttention::ScalePolicy, Scale<12, 100>>);
 static_assert(NanoGptAttention::QKNormPolicy::enabled);
 static_assert(Mixer<GQA<float, Cpu, Softcap<50>>>);
 

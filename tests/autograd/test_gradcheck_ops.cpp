@@ -103,7 +103,8 @@ TEST_CASE("gradcheck: RoPE with per-document positions and configurable theta", 
 TEST_CASE("gradcheck: reshape, transpose, slice, concat", "[gradcheck][shape]") {
   auto x = random_param({2, 3, 4}, 81);
   require_gradcheck("reshape", [](auto& in) { return reshape(in[0], {4, -1}); }, {x});
-  for (auto [a0, a1] : std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {0, 2}, {2, 0}, {1, 1}}) {
+  for (const auto& axes : std::vector<std::pair<int, int>>{{0, 1}, {1, 2}, {0, 2}, {2, 0}, {1, 1}}) {
+    const int a0 = axes.first, a1 = axes.second;  // plain names: clang 14 cannot capture a structured binding
     DYNAMIC_SECTION("transpose " << a0 << "," << a1) {
       require_gradcheck("transpose", [=](auto& in) { return transpose(in[0], a0, a1); }, {x});
     }

@@ -214,7 +214,8 @@ TEST_CASE("chunked_scan: gradcheck of every operand across document and chunk bo
       {"MIMO rank 2", {2, 6, 1, 1, 2, 3, 2}, 3},
       {"Mamba-2 (groups < heads, no shift)", {2, 6, 2, 1, 1, 3, 2, false, true}, 2},
   };
-  for (const auto& [name, c, chunk] : cases) {
+  for (const auto& [name, c, chunk_size] : cases) {
+    const index_t chunk = chunk_size;  // a plain variable: clang 14 cannot capture a structured binding
     const auto in = random_scan_inputs(c, 7);
     require_gradcheck(std::string(name) + ", chunk " + std::to_string(chunk), [&](auto& v) {
       return chunked_scan(with_operands(in, v), docs, chunk);
@@ -288,7 +289,8 @@ TEST_CASE("chunked_scan: long documents split into forward pieces equal the recu
       {"MIMO rank 2, P 16", {2, 150, 2, 1, 2, 6, 16}},
       {"Mamba-2, P 24", {2, 150, 2, 1, 1, 8, 24, false, true}},
   };
-  for (const auto& [name, c] : cases) {
+  for (const auto& [case_name, c] : cases) {
+    const char* const name = case_name;  // a plain variable: clang 14 cannot capture a structured binding
     const auto in = random_scan_inputs(c, 11);
     std::vector<double> reference;
     {

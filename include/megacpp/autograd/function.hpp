@@ -82,8 +82,9 @@ Var<T, B> make_result(std::string_view name, Tensor<T, B> value, Fn&& backward, 
   auto node = std::make_shared<detail::FunctionNode<T, B, std::decay_t<Fn>>>(std::forward<Fn>(backward));
   node->name = name;
   node->inputs = std::move(needing_grad);
-  result.state_->grad_fn = std::move(node);
-  result.state_->requires_grad = true;
+  detail::VarState<T, B>& state = detail::VarAccess::state(result);
+  state.grad_fn = std::move(node);
+  state.requires_grad = true;
   return result;
 }
 

@@ -51,6 +51,17 @@ struct VarState final : VarStateBase {
   Tensor<T, B> grad;  // undefined until a gradient flows here
 };
 
+// The one way code outside Var reaches a Var's state: make_result (autograd/function.hpp) attaches
+// the graph node to a new result. A friend class rather than a friend function template: clang 16
+// does not match a constrained friend template declaration to make_result's definition and
+// reports calls as ambiguous; a friend class means the same to every compiler.
+struct VarAccess {
+  template <class V>
+  static auto& state(V& v) {
+    return *v.state_;
+  }
+};
+
 }  // namespace detail
 
 /// A gradient accumulator as Var::grad_sink() hands it out: write with `beta` (0 on a new
@@ -146,8 +157,7 @@ class Var {
   const void* id() const { return state_.get(); }
 
  private:
-  template <class U, Backend C, class Fn, class... Inputs>
-  friend Var<U, C> make_result(std::string_view, Tensor<U, C>, Fn&&, const Inputs&...);
+  friend struct detail::VarAccess;
 
   std::shared_ptr<detail::VarState<T, B>> state_;
 };

@@ -288,8 +288,11 @@ class BpeTokenizer {
     check(vocab != model.end() && vocab->is_object(), "BpeTokenizer", where, ": missing model.vocab object");
     std::vector<std::pair<std::string, std::int32_t>> entries;
     entries.reserve(vocab->size());
-    for (const auto& [token, value] : vocab->items()) {
-      entries.emplace_back(token, read_id(value, where, [&] { return "vocab token " + quoted(token); }));
+    // Named references, not a structured binding: a lambda may not capture a structured binding
+    // before C++20 (P1091), and clang accepts it only from version 16, never inside OpenMP code.
+    for (const auto& item : vocab->items()) {
+      const std::string& token = item.key();
+      entries.emplace_back(token, read_id(item.value(), where, [&] { return "vocab token " + quoted(token); }));
       tok.vocab_strings_.emplace(token, entries.back().second);
     }
 

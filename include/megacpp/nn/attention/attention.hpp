@@ -11,7 +11,7 @@
 // blocks; "Document masking": doc_ids and positions come from DocumentLayout (computed once per
 // batch from input_ids), and the fused kernel never computes a tile across documents.
 //
-// Use:  Block<GQA<float, Cpu>> (softcap 50) or Block<GQA<float, Cpu, NoSoftcap, Scale<0.12>, QKNorm>>;
+// Use:  Block<GQA<float, Cpu>> (softcap 50) or Block<GQA<float, Cpu, NoSoftcap, Scale<12, 100>, QKNorm>>;
 // make_attention_block builds one with its MLP<ReLU2>. Generation: make_cache + step, one token per
 // row at a time over a KV cache (nn/attention/decode.hpp), the same math as forward.
 #pragma once

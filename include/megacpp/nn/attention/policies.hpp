@@ -1,7 +1,7 @@
 // megacpp/nn/attention/policies.hpp: compile-time options of the attention layer.
 //
 //   Attention<float, Cpu>                              softcap 50, scale 1/sqrt(D), no QK-norm
-//   Attention<float, Cpu, NoSoftcap, Scale<0.12>, QKNorm>   the modded-nanogpt variant
+//   Attention<float, Cpu, NoSoftcap, Scale<12, 100>, QKNorm>   the modded-nanogpt variant (scale 0.12)
 //
 // Policies may come in any order; each kind (softcap, scale, QK-norm) at most once; anything
 // else is a compile error that lists the valid policies. Defaults follow docs/recipe.md
@@ -41,13 +41,15 @@ struct InvSqrtHeadDim {
   /// The scale for heads of `head_dim` features.
   static double scale(index_t head_dim) { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
 };
-/// A fixed score scale, e.g. Scale<0.12> (modded-nanogpt, with QK-norm).
-template <double S>
+/// A fixed score scale Num / Den, e.g. Scale<12, 100> = 0.12 (modded-nanogpt, with QK-norm).
+/// A fraction of integers rather than a `double` template argument: GCC accepts floating-point
+/// template arguments (C++20) but clang only from version 18, so Debian's clang 14 and 16 reject them.
+template <long long Num, long long Den = 1>
 struct Scale {
-  static_assert(S > 0, "megacpp_attention_scale_must_be_positive: Scale<s> needs s > 0");
+  static_assert(Num > 0 && Den > 0, "megacpp_attention_scale_must_be_positive: Scale<num, den> needs num, den > 0");
   using policy_kind = attention_policy::scale_kind;  ///< policy kind tag
   /// The scale, whatever the head dim.
-  static double scale(index_t) { return S; }
+  static double scale(index_t) { return static_cast<double>(Num) / static_cast<double>(Den); }
 };
 
 /// RMSNorm (no gain) of q and k over head_dim before RoPE (modded-nanogpt's QK-norm).
@@ -97,7 +99,7 @@ template <class... Ps>
 constexpr bool check_attention_policies() {
   static_assert((is_attention_policy<Ps>::value && ...),
                 "megacpp_unknown_attention_policy: attention policies are Softcap<N>, NoSoftcap, InvSqrtHeadDim, "
-                "Scale<value>, QKNorm, NoQKNorm (megacpp/nn/attention/policies.hpp)");
+                "Scale<num, den>, QKNorm, NoQKNorm (megacpp/nn/attention/policies.hpp)");
   static_assert((policy_is_kind<attention_policy::softcap_kind, Ps>() + ... + 0) <= 1,
                 "megacpp_attention_policy_given_twice: pass at most one of Softcap<N> / NoSoftcap");
   static_assert((policy_is_kind<attention_policy::scale_kind, Ps>() + ... + 0) <= 1,

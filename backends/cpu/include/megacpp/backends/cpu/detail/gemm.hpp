@@ -71,9 +71,10 @@ inline int gemm_threads(index_t macs) {
 // Every element of C is computed by one thread with the same arithmetic as on one thread
 // (gemm_kernel.hpp, gemm_bf16_kernel.hpp): the result is bitwise independent of the thread count.
 template <class TA, class TB, class TC, class Kernel>
-void gemm_split(const GemmArgs& g, int threads, index_t mr, index_t nr, const TA* A, const TB* B, TC* C, Kernel kernel) {
+void gemm_split(const GemmArgs& g, [[maybe_unused]] int threads, index_t mr, index_t nr, const TA* A, const TB* B, TC* C, Kernel kernel) {
   const bool by_rows = g.m >= g.n;
   const index_t extent = by_rows ? g.m : g.n;
+  // `threads` is read only by the pragma: unused when compiled without OpenMP.
 #pragma omp parallel num_threads(threads)
   {
     const auto [begin, end] = thread_chunk(extent, omp_get_thread_num(), omp_get_num_threads(), by_rows ? mr : nr);
