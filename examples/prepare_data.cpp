@@ -131,12 +131,7 @@ int prepare(int argc, char** argv) {
       ("special_tokens", po::value(&special_names)->default_value(special_names),
        "with --tokenizer: the added tokens used as BOS,EOS,FIM prefix,FIM suffix,FIM middle");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  if (vm.count("help")) {
-    std::printf("%s\n", (std::ostringstream() << opts).str().c_str());
-    return kExitOk;
-  }
-  po::notify(vm);
+  if (!parse_flags_or_help(argc, argv, opts, opts, vm)) return kExitOk;  // --help
 
   // Every flag before any work.
   const std::uint64_t seed = parse_u64_flag(kTool, "seed", seed_text);

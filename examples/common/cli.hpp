@@ -20,6 +20,7 @@
 #include <fstream>
 #include <limits>
 #include <new>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -109,6 +110,24 @@ inline void ensure_writable_directory(const std::string& tool, std::string_view 
   }
   fs::remove(probe, ec);
   check(!ec, tool, "--", flag, " ", dir.string(), ": cannot remove the probe file (", ec.message(), ")");
+}
+
+/// Parses the command line against `accepted` into `vm`; with --help, prints `shown` (the flags a
+/// user should see; `accepted` may add hidden ones) and returns false: the tool then exits 0.
+/// Otherwise runs po::notify (which fills the bound variables) and returns true.
+inline bool parse_flags_or_help(int argc, char** argv, const boost::program_options::options_description& accepted,
+                                const boost::program_options::options_description& shown,
+                                boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
+  po::store(po::parse_command_line(argc, argv, accepted), vm);
+  if (vm.count("help")) {
+    std::ostringstream help;
+    help << shown;
+    std::printf("%s\n", help.str().c_str());
+    return false;
+  }
+  po::notify(vm);
+  return true;
 }
 
 namespace detail {

@@ -103,12 +103,7 @@ int parse_and_generate(int argc, char** argv) {
       ("stop_at_eos", po::value(&o.stop_at_eos)->default_value(o.stop_at_eos), "stop at the end-of-document token")
       ("verify", po::bool_switch(&o.verify), "also decode with a full forward per token and fail unless the tokens match");
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, opts), vm);
-  if (vm.count("help")) {
-    std::printf("%s\n", (std::ostringstream() << opts).str().c_str());
-    return kExitOk;
-  }
-  po::notify(vm);
+  if (!parse_flags_or_help(argc, argv, opts, opts, vm)) return kExitOk;  // --help
   o.seed = parse_u64_flag(kTool, "seed", seed_text);
   check_range(kTool, "tokens", o.tokens, 0, std::int64_t{1} << 40);
   check_real(kTool, "temperature", o.temperature, 0, 1e6);

@@ -79,12 +79,7 @@ int parse_and_train(int argc, char** argv) {
   po::options_description all;
   all.add(visible).add(debug);
   po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, all), vm);
-  if (vm.count("help")) {
-    std::printf("%s\n", (std::ostringstream() << visible).str().c_str());
-    return kExitOk;
-  }
-  po::notify(vm);
+  if (!parse_flags_or_help(argc, argv, all, visible, vm)) return kExitOk;  // --help
   std::set<std::string> given;  // the flags the command line set (the rest keep their defaults)
   for (const auto& [name, value] : vm)
     if (!value.defaulted()) given.insert(name);

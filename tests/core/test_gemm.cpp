@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "megacpp/megacpp.hpp"
+#include "support/gemm_testing.hpp"
 
 using namespace megacpp;
+using megacpp::testing::a_size, megacpp::testing::b_size, megacpp::testing::c_size, megacpp::testing::make_args;
 
 namespace {
 
@@ -45,18 +47,6 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-// A product with leading dimensions padded by `pad` beyond the logical width (views into larger
-// matrices, as the layers' column slices are).
-GemmArgs make_args(index_t m, index_t n, index_t k, bool ta, bool tb, index_t pad) {
-  GemmArgs g = GemmArgs::dense(ta, tb, m, n, k);
-  g.lda += pad;
-  g.ldb += pad;
-  g.ldc += pad;
-  return g;
-}
-std::size_t a_size(const GemmArgs& g) { return static_cast<std::size_t>((g.trans_a ? g.k : g.m) * g.lda); }
-std::size_t b_size(const GemmArgs& g) { return static_cast<std::size_t>((g.trans_b ? g.n : g.k) * g.ldb); }
-std::size_t c_size(const GemmArgs& g) { return static_cast<std::size_t>(g.m * g.ldc); }
 
 template <class T>
 void check_against_reference(index_t m, index_t n, index_t k, bool ta, bool tb, index_t pad, T alpha, T beta, double tol) {

@@ -482,7 +482,6 @@ class BpeTokenizer {
   }
 
   using StringMap = std::unordered_map<std::string, std::int32_t, detail::StringViewHash, std::equal_to<>>;
-
   std::int32_t vocab_size_ = 0;
   std::vector<std::string> token_bytes_;  // id -> the bytes it decodes to
   std::vector<char> has_token_;           // id -> whether any token has that id
