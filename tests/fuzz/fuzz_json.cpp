@@ -2,7 +2,9 @@
 //
 // Input: any bytes, parsed as one JSON document. An accepted document must survive a round trip:
 // written back with json_quote (the writer's own escaping) and parsed again, it is the same value.
+#include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -18,6 +20,14 @@ std::string write_json(const JsonValue& v) {
     case JsonValue::Kind::null: return "null";
     case JsonValue::Kind::boolean: return v.boolean ? "true" : "false";
     case JsonValue::Kind::integer: return std::to_string(v.integer);
+    case JsonValue::Kind::number: {
+      // Shortest text that reads back to the same double; a fraction keeps it a number, not an integer.
+      char text[64];
+      const auto end = std::to_chars(text, text + sizeof(text), v.number).ptr;
+      std::string out(text, end);
+      if (out.find_first_of(".e") == std::string::npos) out += ".0";
+      return out;
+    }
     case JsonValue::Kind::string: return megacpp::io::json_quote(v.string);
     case JsonValue::Kind::array: {
       std::string out = "[";
@@ -38,7 +48,8 @@ std::string write_json(const JsonValue& v) {
 }
 
 bool same(const JsonValue& a, const JsonValue& b) {
-  if (a.kind != b.kind || a.boolean != b.boolean || a.integer != b.integer || a.string != b.string ||
+  if (a.kind != b.kind || a.boolean != b.boolean || a.integer != b.integer || a.number != b.number ||
+      a.string != b.string ||
       a.array.size() != b.array.size() || a.object.size() != b.object.size())
     return false;
   for (std::size_t i = 0; i < a.array.size(); ++i)

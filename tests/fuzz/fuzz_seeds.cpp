@@ -76,8 +76,10 @@ void safetensors_seeds(const fs::path& dir, const fs::path& json_dir) {
 }
 
 void json_seeds(const fs::path& dir) {
+  // Every ASCII byte, then UTF-8 of each length up to U+10FFFF (json_quote refuses invalid UTF-8).
   std::string every_byte;
-  for (int c = 1; c < 256; ++c) every_byte += static_cast<char>(c);
+  for (int c = 1; c < 128; ++c) every_byte += static_cast<char>(c);
+  every_byte += "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF";  // é € 😀 U+10FFFF
   write_text(dir / "quoted_bytes.json", "{" + io::json_quote("s") + ":" + io::json_quote(every_byte) + "}");
   write_text(dir / "nested.json",
              "[[1,[-2,{" + io::json_quote("a") + ":null," + io::json_quote("b") + ":true," + io::json_quote("") +
