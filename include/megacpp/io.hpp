@@ -6,3 +6,4 @@
 #include "megacpp/io/json_value.hpp"
 #include "megacpp/io/mapped_file.hpp"
 #include "megacpp/io/safetensors.hpp"
+#include "megacpp/io/utf8.hpp"

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "megacpp/io/utf8.hpp"
+
 namespace megacpp::data {
 
 namespace detail {
@@ -47,24 +49,6 @@ inline int gpt2_unicode_to_byte(char32_t cp) {
     return t;
   }();
   return cp < table.size() ? table[cp] : -1;
-}
-
-inline void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Reads the code point starting at s[i] and advances i past it; false on malformed UTF-8
@@ -104,7 +88,7 @@ inline std::optional<std::string> byte_level_to_bytes(std::string_view token) {
 // " int" -> "Ġint": how the vocab writes a byte string.
 inline std::string bytes_to_byte_level(std::string_view bytes) {
   std::string token;
-  for (const char c : bytes) append_utf8(token, gpt2_byte_to_unicode()[static_cast<unsigned char>(c)]);
+  for (const char c : bytes) io::append_utf8(token, gpt2_byte_to_unicode()[static_cast<unsigned char>(c)]);
   return token;
 }
 

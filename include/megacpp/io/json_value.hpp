@@ -34,6 +34,7 @@
 
 #include "megacpp/core/error.hpp"
 #include "megacpp/io/mapped_file.hpp"
+#include "megacpp/io/utf8.hpp"
 
 namespace megacpp::io {
 
@@ -315,7 +316,7 @@ class JsonParser {
         case 'n': out += '\n'; break;
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
-        case 'u': append_utf8(out, parse_unicode_escape()); break;
+        case 'u': io::append_utf8(out, parse_unicode_escape()); break;
         default: error_at(pos_ - 2, "invalid escape \\" + std::string(1, text_[pos_ - 1]).append(" in a string"));
       }
     }
@@ -353,23 +354,7 @@ class JsonParser {
       error_at(start, "high surrogate " + hex(unit) + " followed by " + hex(low) + ", not a low surrogate");
     return 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
   }
-  static void append_utf8(std::string& s, unsigned cp) {
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
+
 
   std::string_view text_;
   std::string context_;
