@@ -207,9 +207,28 @@ inline std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs:
 inline void prepare_run_directory(const fs::path& out, std::int64_t resume_step) {
   const auto checkpoints = list_checkpoints(out);
   if (resume_step >= 0) {
+    // A step past the one `latest` names was never published: a kill between renaming its
+    // directory into place and updating `latest` left it. It is not another run's history, so it
+    // is moved aside (kept for inspection, never reused) instead of blocking the resume.
+    std::int64_t published = -1;
+    if (std::ifstream in(out / "latest"); in) {
+      std::string name;
+      std::getline(in, name);
+      published = checkpoint_step(name);
+    }
     std::string later;
-    for (const auto& [step, dir] : checkpoints)
-      if (step > resume_step) later += (later.empty() ? "" : ", ") + dir.filename().string();
+    for (const auto& [step, dir] : checkpoints) {
+      if (step <= resume_step) continue;
+      if (step > published) {
+        const fs::path aside = out / ("unpublished_" + dir.filename().string());
+        fs::remove_all(aside);
+        fs::rename(dir, aside);
+        std::printf("--out %s: %s was never published by latest (an interrupted save): moved to %s\n",
+                    out.string().c_str(), dir.filename().string().c_str(), aside.string().c_str());
+        continue;
+      }
+      later += (later.empty() ? "" : ", ") + dir.filename().string();
+    }
     check(later.empty(), "megacpp-train", "--out ", out.string(), " holds checkpoints after the resume point (step ",
           resume_step, "): ", later, ". A resumed run would write those steps again with other contents. Resume "
           "into another --out (--resume keeps reading the checkpoint where it is), or move those step directories "
