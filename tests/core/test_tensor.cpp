@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "megacpp/megacpp.hpp"
@@ -61,6 +62,13 @@ TEST_CASE("Tensor: memory accounting tracks current and peak bytes", "[tensor]")
   }
   CHECK(Cpu::memory_stats().current_bytes == before.current_bytes);
   CHECK(Cpu::memory_stats().peak_bytes >= before.current_bytes + 1024 * 256 * 4);
+}
+
+TEST_CASE("Cpu::allocate: a size whose byte count wraps is an error, not a small block", "[tensor][memory]") {
+  const auto before = Cpu::memory_stats();
+  const std::size_t wraps = std::numeric_limits<std::size_t>::max() / 4 + 1;  // * sizeof(float) wraps to 0
+  CHECK_THROWS_WITH(Cpu::allocate<float>(wraps), Contains("does not fit in the address space"));
+  CHECK(Cpu::memory_stats().current_bytes == before.current_bytes);
 }
 
 TEST_CASE("Cpu block cache: a freed large block is reused for the same size, outside memory_stats", "[tensor][memory]") {

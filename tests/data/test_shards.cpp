@@ -36,6 +36,8 @@ TEST_CASE("shards: version 1 (uint16) and version 2 (uint32) round trips", "[dat
   CHECK(small.version() == 2);  // ids reach 65999
   CHECK(small.size() == 1000);
   CHECK(small.token(999) == 65999);
+  CHECK_THROWS_WITH(small.token(1000), Contains("token position 1000 outside its 1000 tokens"));
+  CHECK_THROWS_WITH(small.token(-1), Contains("token position -1"));
   data::write_shard(dir / "b.bin", iota_tokens(300));
   data::TokenShard b(dir / "b.bin");
   CHECK(b.version() == 1);

@@ -64,8 +64,29 @@ class TokenShard {
   /// The shard's file path.
   const std::filesystem::path& path() const { return file_.path(); }
 
-  /// Token i as an unsigned id; i must lie in [0, size()) (unchecked: the loader's inner loop).
+  /// Token i as an unsigned id; throws naming the shard when i is outside [0, size()).
   std::uint32_t token(index_t i) const {
+    check(i >= 0 && i < num_tokens_, "shard", path().string(), ": token position ", i, " outside its ", num_tokens_,
+          " tokens");
+    return token_unchecked(i);
+  }
+
+  /// Copies tokens [begin, begin + out.size()) into `out`, checking every id against `vocab`.
+  void read(index_t begin, std::span<std::int32_t> out, std::uint32_t vocab) const {
+    const index_t n = static_cast<index_t>(out.size());
+    // Written without begin + n, which a hostile begin (from a resumed state.json) could overflow.
+    check(begin >= 0 && begin <= num_tokens_ && n <= num_tokens_ - begin, "shard", path().string(), ": read of ", n,
+          " tokens at position ", begin, " past its ", num_tokens_, " tokens");
+    for (index_t i = 0; i < n; ++i) {
+      const std::uint32_t t = token_unchecked(begin + i);
+      check(t < vocab, "shard", path().string(), ": token id ", t, " at position ", begin + i, " >= vocab ", vocab);
+      out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(t);
+    }
+  }
+
+ private:
+  // Token i, i in [0, size()) (read() checks its whole range once, then reads unchecked).
+  std::uint32_t token_unchecked(index_t i) const {
     if (version_ == 1) {
       std::uint16_t t;
       std::memcpy(&t, tokens_ + 2 * i, 2);
@@ -76,20 +97,6 @@ class TokenShard {
     return t;
   }
 
-  /// Copies tokens [begin, begin + out.size()) into `out`, checking every id against `vocab`.
-  void read(index_t begin, std::span<std::int32_t> out, std::uint32_t vocab) const {
-    const index_t n = static_cast<index_t>(out.size());
-    // Written without begin + n, which a hostile begin (from a resumed state.json) could overflow.
-    check(begin >= 0 && begin <= num_tokens_ && n <= num_tokens_ - begin, "shard", path().string(), ": read of ", n,
-          " tokens at position ", begin, " past its ", num_tokens_, " tokens");
-    for (index_t i = 0; i < n; ++i) {
-      const std::uint32_t t = token(begin + i);
-      check(t < vocab, "shard", path().string(), ": token id ", t, " at position ", begin + i, " >= vocab ", vocab);
-      out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(t);
-    }
-  }
-
- private:
   io::MappedFile file_;
   const char* tokens_ = nullptr;
   std::int32_t version_ = 1;

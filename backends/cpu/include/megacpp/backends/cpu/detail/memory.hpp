@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "megacpp/core/backend.hpp"
+#include "megacpp/core/error.hpp"
 #include "megacpp/core/memory_counter.hpp"
 
 namespace megacpp::cpu {
@@ -133,6 +134,10 @@ inline BlockCache& block_cache() {
 
 template <class T>
 T* allocate(std::size_t n) {
+  // n * sizeof(T) rounded up to 64 must not wrap: a wrapped size would hand out a small block
+  // for a huge tensor (a corrupt shape read from a file reaches here through Tensor(shape)).
+  check(n <= (std::numeric_limits<std::size_t>::max() - 63) / sizeof(T), "cpu::allocate", "a tensor of ", n,
+        " elements of ", sizeof(T), " bytes does not fit in the address space");
   const std::size_t bytes = aligned_bytes(n * sizeof(T));
   const bool cacheable = bytes >= kCachedMinBytes;
   void* p = cacheable ? block_cache().take(bytes) : nullptr;

@@ -4,9 +4,11 @@
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstddef>
+#include <limits>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/core/backend.hpp"
+#include "megacpp/core/error.hpp"
 #include "megacpp/core/memory_counter.hpp"
 
 namespace megacpp::cuda {
@@ -23,6 +25,9 @@ inline std::size_t aligned_bytes(std::size_t bytes) { return (bytes + 255) / 256
 template <class T>
 T* allocate(std::size_t n) {
   if (n == 0) return nullptr;
+  // n * sizeof(T) rounded up to 256 must not wrap (the CPU backend's check, cpu/detail/memory.hpp).
+  check(n <= (std::numeric_limits<std::size_t>::max() - 255) / sizeof(T), "cuda::allocate", "a tensor of ", n,
+        " elements of ", sizeof(T), " bytes does not fit in the address space");
   const std::size_t bytes = aligned_bytes(n * sizeof(T));
   void* p = nullptr;
   MEGACPP_CUDA_CHECK(cudaMalloc(&p, bytes));
