@@ -148,3 +148,15 @@ TEST_CASE("safetensors: a path that is a directory is an Error naming it", "[io]
   CHECK_THROWS_WITH(io::SafetensorsReader(dir / "model.safetensors"),
                     Contains("model.safetensors is not a regular file (it is a directory)"));
 }
+
+TEST_CASE("safetensors: a header past the reference reader's 100 MB cap is refused before it is parsed", "[io][safetensors][errors]") {
+  TempDir dir;
+  const std::uint64_t header = io::SafetensorsReader::kMaxHeaderBytes + 1;
+  std::string size_field(8, '\0');
+  std::uint64_t n = header;
+  for (int i = 0; i < 8; ++i, n >>= 8) size_field[static_cast<std::size_t>(i)] = static_cast<char>(n & 0xFF);
+  const auto path = dir / "big_header.safetensors";
+  std::ofstream(path, std::ios::binary).write(size_field.data(), 8);
+  std::filesystem::resize_file(path, 8 + header);  // sparse: the file really holds that many bytes
+  CHECK_THROWS_WITH(io::SafetensorsReader(path), Contains("header size 100000001 exceeds the limit of 100000000 bytes"));
+}

@@ -54,6 +54,9 @@ inline std::size_t dtype_size(const std::string& dtype) {
 /// A safetensors file opened for reading (memory-mapped).
 class SafetensorsReader {
  public:
+  /// The largest JSON header accepted, in bytes (the reference implementation's limit).
+  static constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
   /// Opens and validates `path`: header size, JSON, dtypes, shapes, offsets within the file.
   explicit SafetensorsReader(const std::filesystem::path& path) : file_(path, "safetensors") {
     const std::string where = path.string();
@@ -63,6 +66,10 @@ class SafetensorsReader {
     for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
     check(header_size <= bytes.size() - 8, "safetensors", where, ": header size ", header_size,
           " exceeds the file (", bytes.size(), " bytes): truncated or not a safetensors file");
+    // The reference reader's cap (huggingface/safetensors, MAX_HEADER_SIZE): a header of
+    // hundreds of megabytes is a hostile or corrupt file, not a checkpoint's index of tensors.
+    check(header_size <= kMaxHeaderBytes, "safetensors", where, ": header size ", header_size, " exceeds the limit of ",
+          kMaxHeaderBytes, " bytes: not a safetensors file");
     data_ = bytes.data() + 8 + header_size;
     data_size_ = bytes.size() - 8 - header_size;
     const JsonValue header = parse_json(std::string_view(bytes.data() + 8, header_size), "safetensors " + where);
