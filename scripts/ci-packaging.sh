@@ -88,13 +88,15 @@ conan_create() {
     conan="$tools/conan-venv/bin/conan"
   fi
   "$conan" --version
-  export CONAN_HOME="$work/conan-home"  # a private cache: no remote, nothing from earlier runs
+  export CONAN_HOME="$work/conan-home"  # a private cache: nothing from earlier runs
   "$conan" profile detect --force >/dev/null 2>&1
-  "$conan" remote remove "*" >/dev/null 2>&1 || true
-  "$conan" export "$root/packaging/conan/recipes/eigen-system" 2>&1 | grep "^Exported:"
+  # From here on, the commands of docs/getting-started.md ("Conan 2") verbatim: -nr never asks a
+  # remote (this machine has none), the eigen recipe takes Debian's headers.
   local options=(-o "&:mpi=True")
   if [ "$has_cuda" = ON ]; then options+=(-o "&:cuda=True"); fi
-  (cd "$root" && "$conan" create . -s compiler.cppstd=20 --build=missing "${options[@]}" >"$work/conan-create.log" 2>&1) ||
+  (cd "$root" && "$conan" export packaging/conan/recipes/eigen-system -nr 2>&1 | grep "^Exported:")
+  (cd "$root" && "$conan" create . -nr --build=missing -pr:a packaging/conan/profiles/cpp20 "${options[@]}" \
+     >"$work/conan-create.log" 2>&1) ||
     { tail -n 80 "$work/conan-create.log"; echo "packaging: conan create failed (log: $work/conan-create.log)"; return 1; }
   grep -E "RUN: \./|train_tiny_mlp|component_check|Resolved|eigen/.*: eigen" "$work/conan-create.log"
   # The package carries the license where Conan expects it (licenses/) as well as share/doc.

@@ -13,6 +13,7 @@
 #include <boost/program_options.hpp>
 
 #include "common/cli.hpp"
+#include "common/install_paths.hpp"
 #include "trainer.hpp"
 
 #ifndef MEGACPP_DEFAULT_CORPUS
@@ -26,7 +27,7 @@ using namespace megacpp::examples;
 namespace {
 int parse_and_train(int argc, char** argv) {
   TrainOptions o;
-  o.data = MEGACPP_DEFAULT_CORPUS;
+  o.data = default_corpus_dir(MEGACPP_DEFAULT_CORPUS);
   std::string seed_text = "0";
   po::options_description run("Run");
   run.add_options()("help,h", "show this help and exit")

@@ -27,13 +27,15 @@ namespace megacpp::io {
 /// Metadata key of the model type in a model file.
 inline constexpr const char* kModelTypeKey = "megacpp.model";
 
-/// Writes every parameter of `model` to `path` (atomically), with `metadata` and the model type.
+/// Writes every parameter of `model` to `path` (atomically), with `metadata`, the model type and
+/// "format": "pt" (the key Hugging Face transformers checks before it loads a safetensors file).
 template <class Model>
 void save_model(const std::filesystem::path& path, Model& model, const std::string& type_id,
                 const std::map<std::string, std::string>& metadata = {}) {
   using T = typename Model::value_type;
   using B = typename Model::backend_type;
   SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");  // what Hugging Face transformers requires of a safetensors checkpoint
   for (const auto& [k, v] : metadata) writer.set_metadata(k, v);
   writer.set_metadata(kModelTypeKey, type_id);
   std::set<const void*> seen;  // tied weights are visited under one name only
@@ -43,8 +45,10 @@ void save_model(const std::filesystem::path& path, Model& model, const std::stri
   writer.write(path);
 }
 
-/// Reads `path` into the parameters of `model`. Throws naming the file and the problem (another
-/// model type, a missing or extra tensor, a dtype or shape mismatch) before any parameter changes.
+/// Reads `path` into the parameters of `model`. Floating-point tensors of another precision
+/// (a bf16 or f16 export) are converted to the model's element type (SafetensorsReader::read_as).
+/// Throws naming the file and the problem (another model type, a missing or extra tensor, a
+/// non-floating dtype, a shape mismatch) before any parameter changes.
 template <class Model>
 void load_model(const std::filesystem::path& path, Model& model, const std::string& type_id) {
   using T = typename Model::value_type;
@@ -62,7 +66,8 @@ void load_model(const std::filesystem::path& path, Model& model, const std::stri
     if (!seen.insert(p.var.value().data()).second) return;
     expected.insert(name);
     const Shape shape = p.var.value().shape();
-    staged.emplace_back(&p, reader.read<T, B>(name, &shape));
+    if constexpr (std::is_floating_point_v<T>) staged.emplace_back(&p, reader.read_as<T, B>(name, &shape));
+    else staged.emplace_back(&p, reader.read<T, B>(name, &shape));
   });
   for (const auto& name : reader.names())
     check(expected.count(name) != 0, "load_model", path.string(), " holds tensor \"", name,

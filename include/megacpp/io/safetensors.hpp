@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -114,6 +115,38 @@ class SafetensorsReader {
     // The header check bounded the element count by the file's size, so this allocation is too.
     std::vector<T> host(static_cast<std::size_t>(e.shape.numel()));
     if (!host.empty()) std::memcpy(host.data(), data_ + e.begin, host.size() * sizeof(T));
+    return Tensor<T, B>::from_host(e.shape, host);
+  }
+
+  /// Tensor `name` as element type T (float or double), converting a floating-point file dtype
+  /// (F64, F32, BF16, F16) by value: widening (BF16/F16 -> F32, F32 -> F64) is exact, narrowing
+  /// rounds to nearest as PyTorch's copy_ does (a bf16 export of a model loads into fp32 weights).
+  /// Any other dtype, or a shape other than `expected`, is an error naming both.
+  template <class T, Backend B>
+  Tensor<T, B> read_as(const std::string& name, const Shape* expected = nullptr) const {
+    static_assert(std::is_floating_point_v<T>, "megacpp_safetensors_read_as: read_as converts to float or double only");
+    const SafetensorsEntry& e = entry(name);
+    if (e.dtype == dtype_name<T>()) return read<T, B>(name, expected);
+    if (expected)
+      check(e.shape == *expected, "safetensors", file_.path().string(), ": tensor \"", name, "\" has shape ", e.shape,
+            ", expected ", *expected);
+    std::vector<T> host(static_cast<std::size_t>(e.shape.numel()));
+    const char* src = data_ + e.begin;
+    auto convert = [&](auto tag) {
+      using S = decltype(tag);
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        S v;
+        std::memcpy(&v, src + i * sizeof(S), sizeof(S));
+        host[i] = static_cast<T>(static_cast<double>(static_cast<std::conditional_t<std::is_floating_point_v<S>, S, float>>(v)));
+      }
+    };
+    if (e.dtype == "F64") convert(double{});
+    else if (e.dtype == "F32") convert(float{});
+    else if (e.dtype == "BF16") convert(bf16{});
+    else if (e.dtype == "F16") convert(f16{});
+    else
+      fail("safetensors", file_.path().string(), ": tensor \"", name, "\" has dtype ", e.dtype, ", which does not convert to ",
+           dtype_name<T>(), " (floating-point dtypes F64, F32, BF16 and F16 do)");
     return Tensor<T, B>::from_host(e.shape, host);
   }
 
