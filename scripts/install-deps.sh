@@ -11,7 +11,8 @@ packages=(
   catch2                                 # tests (Catch2 v2.13)
   libboost-program-options-dev           # trainer CLI
   libopenmpi-dev openmpi-bin             # MPI communicator component
-  nlohmann-json3-dev                     # checkpoint metadata
+  nlohmann-json3-dev                     # checkpoint metadata, tokenizer.json
+  libpcre2-dev pkg-config                # the BPE tokenizer's pre_tokenizer regexes (PCRE2)
   libbenchmark-dev                       # benches
   doxygen                                # API docs
   python3-venv                           # packaging CI: the conan client is pip-installed into a venv

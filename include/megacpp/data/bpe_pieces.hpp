@@ -1,6 +1,7 @@
 /// \file
 /// megacpp/data/bpe_pieces.hpp: the parts of byte-level BPE that need no JSON: GPT-2's byte
-/// alphabet, UTF-8 walking, the GPT-2 pre-tokenizer split and the merging of one word by rank.
+/// alphabet, UTF-8 walking and the merging of one word by rank (the pre-tokenizer split is
+/// megacpp/data/pre_tokenizer.hpp).
 /// BpeTokenizer (megacpp/data/bpe_tokenizer.hpp, which needs nlohmann_json) is built on them;
 /// the formulas and their sources are described there.
 #pragma once
@@ -90,55 +91,6 @@ inline std::string bytes_to_byte_level(std::string_view bytes) {
   std::string token;
   for (const char c : bytes) io::append_utf8(token, gpt2_byte_to_unicode()[static_cast<unsigned char>(c)]);
   return token;
-}
-
-// The GPT-2 pre-tokenizer's character classes, approximated on bytes (see the file comment).
-enum class PieceClass : std::uint8_t { space, letter, digit, other };
-
-inline PieceClass piece_class(unsigned char c) {
-  if (c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r') return PieceClass::space;
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80) return PieceClass::letter;
-  if (c >= '0' && c <= '9') return PieceClass::digit;
-  return PieceClass::other;
-}
-
-// Length of the contraction 's 't 're 've 'm 'll 'd at s[i] (which is '\''), or 0.
-inline std::size_t contraction_length(std::string_view s, std::size_t i) {
-  if (i + 1 >= s.size()) return 0;
-  const char a = s[i + 1];
-  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-  if (i + 2 >= s.size()) return 0;
-  const char b = s[i + 2];
-  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
-  return 0;
-}
-
-// Calls emit(piece) for each match of the GPT-2 pattern, in order; the pieces tile `s`.
-// The alternatives in pattern order, at position i:
-//   's 't 're 've 'm 'll 'd            contraction_length
-//   ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`   an optional space, then a run of one class
-//   `\s+(?!\S)`                        a whitespace run, less its last character when a word
-//                                      follows (that space then prefixes the word)
-//   `\s+`                              a single whitespace character before a word
-template <class Emit>
-void gpt2_pre_tokenize(std::string_view s, Emit&& emit) {
-  const std::size_t n = s.size();
-  std::size_t i = 0;
-  while (i < n) {
-    std::size_t len = s[i] == '\'' ? contraction_length(s, i) : 0;
-    if (len == 0) {
-      const bool space_prefix =
-          s[i] == ' ' && i + 1 < n && piece_class(static_cast<unsigned char>(s[i + 1])) != PieceClass::space;
-      const std::size_t body = space_prefix ? i + 1 : i;
-      const PieceClass k = piece_class(static_cast<unsigned char>(s[body]));
-      std::size_t j = body + 1;
-      while (j < n && piece_class(static_cast<unsigned char>(s[j])) == k) ++j;
-      len = j - i;
-      if (k == PieceClass::space && j < n && len > 1) --len;
-    }
-    emit(s.substr(i, len));
-    i += len;
-  }
 }
 
 // Hash for maps keyed by std::string that are looked up by std::string_view without a copy.

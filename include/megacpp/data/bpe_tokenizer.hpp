@@ -13,26 +13,24 @@
 /// convention of GPT-2, Llama-3 and StarCoder: every vocab string is written in the alphabet of
 /// GPT-2's bytes_to_unicode (openai/gpt-2 src/encoder.py), so "Ġint" is the bytes " int".
 ///
-/// Encoding, per run of text between added tokens: the GPT-2 pre-tokenizer split
-///   `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
-/// (encoder.py `pat`, HF pre_tokenizers/byte_level.rs) written out by hand, then BPE on each piece:
-/// the adjacent pair with the lowest merge rank merges first (leftmost on ties), until no pair
-/// has a merge (Sennrich et al. 2016, arXiv 1508.07909; the priority queue of HF models/bpe/word.rs).
+/// Encoding, per run of text between added tokens: the file's `pre_tokenizer` run as written
+/// (megacpp/data/pre_tokenizer.hpp: Split by regex with PCRE2, ByteLevel, Digits, Sequence; GPT-2's
+/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` and Llama-3's
+/// own Split pattern alike), then BPE on each piece: the adjacent pair with the lowest merge rank
+/// merges first (leftmost on ties), until no pair has a merge (Sennrich et al. 2016, arXiv
+/// 1508.07909; the priority queue of HF models/bpe/word.rs). BPE `ignore_merges` (Llama-3: a piece
+/// that is a whole vocab token is taken as it is) is honoured.
 ///
-/// Also honoured: ByteLevel `add_prefix_space` (a space before each run that lacks one; decode
-/// keeps it, so the exact round trip needs it off, as GPT-2, Llama-3 and StarCoder have it) and
-/// BPE `ignore_merges` (Llama-3: a piece that is a whole vocab token is taken as it is).
+/// Exact or refused: a configuration this class cannot reproduce token for token is an error
+/// naming the part (a `normalizer`, a pre-tokenizer step other than Sequence/ByteLevel/Split/
+/// Digits, no ByteLevel step, BPE `dropout`, added tokens with `lstrip`/`rstrip`/`single_word`,
+/// model types other than BPE). Not part of encoding and so ignored: `post_processor` (the
+/// special tokens Hugging Face adds with add_special_tokens=True; megacpp adds BOS/EOS itself),
+/// `truncation`, `padding`. tests/data/test_bpe_agreement.cpp checks agreement with Hugging Face
+/// `tokenizers` on GPT-2-style and Llama-3-style files (scripts/tokenizer-goldens.py).
 ///
-/// Deliberate approximations and omissions (the result is always a valid tokenization that
-/// decodes back exactly; it may differ from HF's on the inputs named here):
-/// - character classes are bytes: letters are ASCII A-Z a-z plus every byte >= 0x80 (so a UTF-8
-///   word stays one piece, but non-ASCII punctuation, digits and spaces count as letters);
-///   digits are 0-9; whitespace is space and `\t \n \v \f \r`.
-/// - the GPT-2 split is used whatever `pre_tokenizer` says: Llama-3's own Split regex (digits in
-///   groups of three, case-insensitive contractions) is not reproduced.
-/// - `normalizer`, `post_processor`, BPE `dropout`, and the `lstrip`/`rstrip`/`single_word`
-///   options of added tokens are ignored; other model types (WordPiece, Unigram, WordLevel) and
-///   non-byte-level BPE (SentencePiece-style Metaspace vocabularies) are rejected.
+/// OPTIONAL COMPONENT (continued): the pre-tokenizer needs PCRE2 (Debian: libpcre2-dev; link
+/// `pkg-config libpcre2-8`) besides nlohmann_json.
 #pragma once
 
 #include <algorithm>
@@ -57,6 +55,7 @@
 
 #include "megacpp/core/error.hpp"
 #include "megacpp/data/bpe_pieces.hpp"
+#include "megacpp/data/pre_tokenizer.hpp"
 #include "megacpp/data/tokenizer.hpp"
 #include "megacpp/io/json_value.hpp"
 
@@ -77,8 +76,9 @@ struct BpeSpecialNames {
 /// Byte-level BPE tokenizer read from a HuggingFace `tokenizer.json` (GPT-2, Llama-3, StarCoder).
 ///
 /// decode(encode(text)) == text for every byte string when the vocab has all 256 byte tokens
-/// (every byte-level vocab does) and `add_prefix_space` is off. encode() keeps a per-word cache,
-/// so one instance must not be used by two threads at once: copy it per thread.
+/// (every byte-level vocab does), `add_prefix_space` is off and no Split step removes text
+/// (drops_text()). encode() keeps a per-word cache, so one instance must not be used by two
+/// threads at once: copy it per thread.
 class BpeTokenizer {
  public:
   /// Largest vocabulary accepted: ids must lie in [0, kMaxVocab). Real vocabularies are at most a
@@ -113,11 +113,22 @@ class BpeTokenizer {
     return parse(json_text, names, "tokenizer JSON");
   }
 
-  /// Splits `text` as the GPT-2 pre-tokenizer does (see the file comment); the pieces tile it.
-  static std::vector<std::string_view> pre_tokenize(std::string_view text) {
-    std::vector<std::string_view> pieces;
-    detail::gpt2_pre_tokenize(text, [&](std::string_view piece) { pieces.push_back(piece); });
+  /// Splits `text` as the GPT-2 pre-tokenizer does (ByteLevel with its regex); the pieces tile it.
+  static std::vector<std::string> pre_tokenize(std::string_view text) {
+    std::vector<std::string> pieces;
+    PreTokenizer::gpt2().split(text, pieces);
     return pieces;
+  }
+
+  /// True when the pre_tokenizer has a Split step with behavior Removed: the text it matches is
+  /// not encoded, so decode(encode(text)) lacks it (as with Hugging Face).
+  bool drops_text() const { return pre_tokenizer_.drops_text(); }
+
+  /// Splits `text` as this tokenizer's own pre_tokenizer does.
+  std::vector<std::string> pieces(std::string_view text) const {
+    std::vector<std::string> out;
+    pre_tokenizer_.split(text, out);
+    return out;
   }
 
   /// Token ids of `text`; every added token (special or not) in it is matched literally first.
@@ -218,18 +229,6 @@ class BpeTokenizer {
     return false;
   }
 
-  static const nlohmann::json* byte_level_node(const nlohmann::json& node) {
-    if (!node.is_object()) return nullptr;
-    const auto type = node.find("type");
-    if (type == node.end() || !type->is_string()) return nullptr;
-    if (*type == "ByteLevel") return &node;
-    const auto list = node.find("pretokenizers");
-    if (*type == "Sequence" && list != node.end() && list->is_array())
-      for (const auto& child : *list)
-        if (const auto* found = byte_level_node(child)) return found;
-    return nullptr;
-  }
-
   static std::string type_of(const nlohmann::json& root, const char* key) {
     const auto node = root.find(key);
     if (node == root.end() || node->is_null()) return "null";
@@ -271,15 +270,22 @@ class BpeTokenizer {
       if (!unset)
         fail("BpeTokenizer", where, ": model.", key, " = ", opt->dump(), " is not supported (byte-level BPE has none)");
     }
-    const nlohmann::json pre_tokenizer = root.value("pre_tokenizer", nlohmann::json());
-    check(is_byte_level(pre_tokenizer) || is_byte_level(root.value("decoder", nlohmann::json())),
-          "BpeTokenizer", where, ": not a byte-level BPE: pre_tokenizer is ", type_of(root, "pre_tokenizer"),
-          " and decoder is ", type_of(root, "decoder"),
-          "; only the ByteLevel convention (GPT-2, Llama-3, StarCoder) is supported");
-
+    const auto normalizer = root.find("normalizer");
+    check(normalizer == root.end() || normalizer->is_null(), "BpeTokenizer", where, ": normalizer ",
+          type_of(root, "normalizer"), " is not supported (megacpp reproduces tokenizers without one exactly and "
+          "refuses the others rather than tokenize differently)");
     BpeTokenizer tok;
-    if (const auto* bl = byte_level_node(pre_tokenizer))
-      tok.add_prefix_space_ = bl->value("add_prefix_space", false);
+    tok.pre_tokenizer_ = PreTokenizer::from_json(root.value("pre_tokenizer", nlohmann::json()), where);
+    // Encoding needs the ByteLevel step; decoding is this class's own ByteLevel inverse, so the
+    // decoder may be absent but not another kind (Metaspace, ByteFallback: another vocabulary).
+    const nlohmann::json decoder = root.value("decoder", nlohmann::json());
+    check(tok.pre_tokenizer_.has_byte_level() && (decoder.is_null() || is_byte_level(decoder)), "BpeTokenizer", where,
+          ": not a byte-level BPE: pre_tokenizer is ", type_of(root, "pre_tokenizer"), " and decoder is ",
+          type_of(root, "decoder"), "; the ByteLevel convention (GPT-2, Llama-3, StarCoder) needs a ByteLevel "
+          "pre-tokenizer step and a ByteLevel decoder or none");
+    const auto dropout = model.find("dropout");
+    check(dropout == model.end() || dropout->is_null(), "BpeTokenizer", where, ": model.dropout = ", 
+          dropout == model.end() ? std::string() : dropout->dump(), " is not supported (BPE-dropout samples a tokenization)");
     const auto ignore_merges = model.find("ignore_merges");
     tok.ignore_merges_ = ignore_merges != model.end() && ignore_merges->is_boolean() && ignore_merges->get<bool>();
 
@@ -306,6 +312,10 @@ class BpeTokenizer {
         const auto what = [&] { return "added token " + a["content"].dump(); };
         AddedToken t{a["content"].get<std::string>(), read_id(a["id"], where, what), a.value("special", false)};
         check(!t.content.empty(), "BpeTokenizer", where, ": added token id ", t.id, " has empty content");
+        for (const char* option : {"lstrip", "rstrip", "single_word"})
+          if (a.contains(option) && a[option].is_boolean() && a[option].get<bool>())
+            fail("BpeTokenizer", where, ": added token ", quoted(t.content), " has ", option,
+                 " = true, which is not supported (its matches would differ from Hugging Face's)");
         const auto in_vocab = tok.vocab_strings_.find(t.content);
         if (in_vocab != tok.vocab_strings_.end() && in_vocab->second != t.id)
           fail("BpeTokenizer", where, ": added token ", quoted(t.content), " has id ", t.id, " but the vocab gives it id ",
@@ -438,15 +448,10 @@ class BpeTokenizer {
     encode_run(text.substr(start), ids);
   }
 
-  // Text between added tokens: ByteLevel's optional prefix space, the GPT-2 split, BPE per piece.
+  // Text between added tokens: the pre-tokenizer's pieces, BPE on each.
   void encode_run(std::string_view run, std::vector<std::int32_t>& ids) const {
     if (run.empty()) return;
-    std::string prefixed;
-    if (add_prefix_space_ && run.front() != ' ') {
-      prefixed.assign(" ").append(run);
-      run = prefixed;
-    }
-    detail::gpt2_pre_tokenize(run, [&](std::string_view word) { encode_word(word, ids); });
+    pre_tokenizer_.split(run, [&](std::string_view word) { encode_word(word, ids); });
   }
 
   void encode_word(std::string_view word, std::vector<std::int32_t>& ids) const {
@@ -491,7 +496,7 @@ class BpeTokenizer {
   std::unordered_map<std::uint64_t, detail::BpeMerge> merges_;  // (left id, right id) -> rank, result
   std::vector<AddedToken> added_;
   std::array<std::vector<std::size_t>, 256> added_by_first_byte_;  // indices into added_, longest first
-  bool add_prefix_space_ = false;
+  PreTokenizer pre_tokenizer_;
   bool ignore_merges_ = false;
   SpecialTokens special_;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>, detail::StringViewHash, std::equal_to<>> cache_;
