@@ -27,6 +27,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "common/bpe_option.hpp"
 #include "common/cli.hpp"
 #include "common/progress_bar.hpp"
 #include "megacpp/data.hpp"
@@ -100,16 +101,6 @@ class StagingDirectory {
   bool committed_ = false;
 };
 
-std::string read_file(const fs::path& path, const char* what) {
-  check(fs::is_regular_file(path), kTool, what, " ", path.string(), " is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  check(in.is_open(), kTool, "cannot open ", what, " ", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  check(!in.bad(), kTool, "cannot read ", what, " ", path.string());
-  return text.str();
-}
-
 int prepare(int argc, char** argv) {
   po::options_description opts("megacpp-prepare: source directory -> train/val token shards\nOptions");
   std::vector<std::string> inputs;
@@ -117,7 +108,7 @@ int prepare(int argc, char** argv) {
   double val_fraction = 0.05, fim_rate = 0.5;
   std::string seed_text = "0";
   std::int64_t shard_tokens = 16 << 20;
-  std::string tokenizer_path, special_names = "<|endoftext|>,<|endoftext|>,<fim_prefix>,<fim_suffix>,<fim_middle>";
+  std::string tokenizer_path, special_names = kDefaultSpecialTokens;
   opts.add_options()("help,h", "show this help")
       ("input,i", po::value(&inputs)->required()->composing(),
        "directory to walk for .h .hpp .c .cc .cpp .cu .cuh files (repeat for several)")
@@ -152,14 +143,9 @@ int prepare(int argc, char** argv) {
             e.path().filename().string(), ", which megacpp-prepare did not write: refusing to replace it (choose "
             "an empty or new directory)");
   }
-  std::vector<std::string> names;
-  {
-    std::stringstream list(special_names);
-    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
-  }
-  check_flag(names.size() == 5, kTool, "special_tokens", "needs 5 comma-separated names (BOS,EOS,PRE,SUF,MID), got ",
-             names.size(), ": ", special_names);
-  const std::string tokenizer_bytes = tokenizer_path.empty() ? std::string() : read_file(tokenizer_path, "--tokenizer");
+  const data::BpeSpecialNames names = parse_special_token_names(kTool, special_names);
+  const std::string tokenizer_bytes =
+      tokenizer_path.empty() ? std::string() : read_flag_file(kTool, "--tokenizer", tokenizer_path);
 
   // The BPE option: special tokens by name; structured FIM is off because its docstring finder
   // (fim.hpp leading_comment_end) reads byte ids, which BPE ids are not. Random FIM is unchanged.
@@ -168,7 +154,7 @@ int prepare(int argc, char** argv) {
   data::FimConfig fim{fim_rate};
   data::ShardMetadata meta = data::byte_shard_metadata();
   if (!tokenizer_path.empty()) {
-    bpe = data::BpeTokenizer::from_file(tokenizer_path, data::BpeSpecialNames{names[0], names[1], names[2], names[3], names[4]});
+    bpe = data::BpeTokenizer::from_json(tokenizer_bytes, names, tokenizer_path);
     fim.structured_share = 0.0;
     meta.tokenizer = "bpe";
     meta.tokenizer_hash = data::tokenizer_fingerprint(tokenizer_bytes);
@@ -200,7 +186,7 @@ int prepare(int argc, char** argv) {
   ProgressBar bar("prepare", static_cast<double>(files.size()), "files");
   std::size_t n = 0;
   for (const auto& [path, rel] : files) {
-    const std::string text = read_file(path, "input file");
+    const std::string text = read_flag_file(kTool, "input file", path);
     const bool is_val = static_cast<double>(data::fnv1a64(rel) % 10000) < val_fraction * 10000;
     const auto doc = bpe ? bpe->encode_document(text) : byte_tokenizer.encode_document(text);
     if (is_val) val.add(doc);

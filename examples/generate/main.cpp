@@ -8,11 +8,13 @@
 // Every flag is checked before the model is loaded, --tokens against the model's context, and
 // every failure is one line and an exit code (common/cli.hpp, docs/trainer.md).
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include <boost/program_options.hpp>
 
+#include "common/bpe_option.hpp"
 #include "common/cli.hpp"
 #include "megacpp/data/tokenizer.hpp"
 #include "megacpp/train/curriculum.hpp"
@@ -28,47 +30,69 @@ namespace {
 const std::string kTool = "megacpp-generate";
 
 struct GenerateOptions {
-  std::string checkpoint, prompt = "#include <";
+  std::string checkpoint, prompt = "#include <", tokenizer, special_tokens = kDefaultSpecialTokens;
   index_t tokens = 200, top_k = 40;
   double temperature = 0.8;
   std::uint64_t seed = 0;
   bool verify = false, stop_at_eos = true;
 };
 
-void print_token(const data::ByteTokenizer& tokenizer, std::int32_t t) {
-  if (t < 256) std::putchar(t);
-  else if (t < tokenizer.vocab_size()) std::fputs(tokenizer.decode({t}).c_str(), stdout);
-  else std::printf("<%d>", t);
-  std::fflush(stdout);
-}
+// The tokenizer the checkpoint's shards were written with: the byte tokenizer, or the BPE
+// tokenizer.json given by --tokenizer (checked to be that file). Encodes the prompt as a document
+// start and prints each sampled token's bytes (a UTF-8 character split across tokens is completed
+// by the terminal when its last byte arrives).
+class Codec {
+ public:
+  Codec(const GenerateOptions& o, const fs::path& dir, const data::ShardMetadata& shards) {
+    if (shards.tokenizer == "byte") {
+      check(o.tokenizer.empty(), kTool, "--tokenizer ", o.tokenizer, " given, but ", dir.string(),
+            " was trained on byte tokenizer shards");
+      return;
+    }
+    check(shards.tokenizer == "bpe", kTool, dir.string(), " was trained on \"", shards.tokenizer,
+          "\" tokenizer shards, which megacpp-generate does not know");
+    check(!o.tokenizer.empty(), kTool, dir.string(), " was trained on BPE shards (", shards.tokenizer_hash,
+          "): pass their tokenizer.json with --tokenizer");
+    bpe_ = load_shards_tokenizer(kTool, o.tokenizer, parse_special_token_names(kTool, o.special_tokens), shards);
+  }
+  std::vector<std::int32_t> prompt(const std::string& text) const {
+    return bpe_ ? bpe_->encode_document(text, false) : data::ByteTokenizer().encode_document(text, false);
+  }
+  void print(std::int32_t t) const {
+    const std::int32_t vocab = bpe_ ? bpe_->vocab_size() : data::ByteTokenizer::kVocab;
+    if (t < 0 || t >= vocab || (bpe_ && !bpe_->has_token(t))) std::printf("<%d>", t);
+    else std::fputs((bpe_ ? bpe_->decode({t}) : data::ByteTokenizer().decode({t})).c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::optional<data::BpeTokenizer> bpe_;
+};
 
 template <class Model>
 int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state) {
   const std::string type_id = Model::type_id();
-  // The prompt is BOS + its bytes; with the new tokens it must fit the model's context (the
-  // decode caches are sized for it: an unchecked count would ask for terabytes).
-  const auto prompt_tokens = static_cast<index_t>(o.prompt.size()) + 1;
+  const Codec codec(o, dir, state.shards);
+  const auto prompt = codec.prompt(o.prompt);
+  // The prompt (BOS + its tokens) and the new tokens must fit the model's context (the decode
+  // caches are sized for it: an unchecked count would ask for terabytes).
+  const auto prompt_tokens = static_cast<index_t>(prompt.size());
   check_flag(prompt_tokens + o.tokens <= Model::dims.max_seq, kTool, "tokens", o.tokens, " + the prompt's ",
              prompt_tokens, " tokens exceed the context of \"", state.model, "\" (max_seq ", Model::dims.max_seq, ")");
   check_flag(o.top_k <= Model::dims.vocab, kTool, "top_k", o.top_k, " exceeds the vocabulary of \"", state.model,
              "\" (", Model::dims.vocab, ")");
-  check(state.shards.tokenizer == "byte", kTool, dir.string(), " was trained on ", state.shards.tokenizer,
-        " tokenizer shards (", state.shards.tokenizer_hash, "); megacpp-generate encodes and decodes with the byte "
-        "tokenizer only");
   check(state.model_type == type_id, kTool, dir.string(), " holds model type [", state.model_type,
         "], the registry's \"", state.model, "\" is [", type_id, "]");
   Model model(0);
   io::load_model(dir / "model.safetensors", model, type_id);
   // The checkpoint's phase decides the RoPE base the weights were trained with.
   enter_phase(model, recipe_phase(state.phase));
-  const data::ByteTokenizer tokenizer;
   const std::int32_t bos = state.shards.special.bos, eos = state.shards.special.eos;
-  const auto prompt = tokenizer.encode_document(o.prompt, false);
   const SamplingOptions so{o.temperature, o.top_k};
   std::fputs(o.prompt.c_str(), stdout);
   Rng rng(o.seed);
   const auto tokens = generate(model, prompt, o.tokens, so, rng, bos, [&](std::int32_t t) {
-    print_token(tokenizer, t);
+    codec.print(t);
     return !(o.stop_at_eos && t == eos);
   });
   std::printf("\n");
@@ -101,7 +125,10 @@ int parse_and_generate(int argc, char** argv) {
       ("top_k", po::value(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens (0: all)")
       ("seed", po::value(&seed_text)->default_value(seed_text), "sampling seed (unsigned 64-bit)")
       ("stop_at_eos", po::value(&o.stop_at_eos)->default_value(o.stop_at_eos), "stop at the end-of-document token")
-      ("verify", po::bool_switch(&o.verify), "also decode with a full forward per token and fail unless the tokens match");
+      ("verify", po::bool_switch(&o.verify), "also decode with a full forward per token and fail unless the tokens match")
+      ("tokenizer", po::value(&o.tokenizer), "the BPE tokenizer.json the checkpoint's shards were written with (BPE shards only)")
+      ("special_tokens", po::value(&o.special_tokens)->default_value(o.special_tokens),
+       "with --tokenizer: the names given to megacpp-prepare (BOS,EOS,FIM prefix,FIM suffix,FIM middle)");
   po::variables_map vm;
   if (!parse_flags_or_help(argc, argv, opts, opts, vm)) return kExitOk;  // --help
   o.seed = parse_u64_flag(kTool, "seed", seed_text);

@@ -108,9 +108,10 @@ class BpeTokenizer {
     return parse(text, names, path.string());
   }
 
-  /// Parses and validates the text of a `tokenizer.json`.
-  static BpeTokenizer from_json(std::string_view json_text, const BpeSpecialNames& names = {}) {
-    return parse(json_text, names, "tokenizer JSON");
+  /// Parses and validates the text of a `tokenizer.json`; errors name it `where` (e.g. its path).
+  static BpeTokenizer from_json(std::string_view json_text, const BpeSpecialNames& names = {},
+                                const std::string& where = "tokenizer JSON") {
+    return parse(json_text, names, where);
   }
 
   /// Splits `text` as the GPT-2 pre-tokenizer does (ByteLevel with its regex); the pieces tile it.
@@ -174,6 +175,8 @@ class BpeTokenizer {
   std::int32_t vocab_size() const { return vocab_size_; }
   /// The ids of BOS, EOS and the FIM sentinels, resolved from BpeSpecialNames at load time.
   const SpecialTokens& special() const { return special_; }
+  /// True when `id` is a token (in [0, vocab_size()) and not a gap in the ids).
+  bool has_token(std::int32_t id) const { return id >= 0 && id < vocab_size_ && has_token_[static_cast<std::size_t>(id)]; }
   /// Number of merge rules.
   std::size_t num_merges() const { return merges_.size(); }
   /// Number of added tokens (`added_tokens` in the file).
