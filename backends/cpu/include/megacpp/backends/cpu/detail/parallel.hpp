@@ -6,7 +6,7 @@
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
-#include <omp.h>
+#include "megacpp/backends/cpu/detail/openmp.hpp"
 
 #include <algorithm>
 #include <utility>
