@@ -150,6 +150,23 @@ TEST_CASE("LM: the fused loss equals the per-token path and gradients reach ever
   });
 }
 
+TEST_CASE("LM: the initial loss on random tokens is ln(vocab), not a bet on repeating the input", "[model][init]") {
+  // Identity blocks at step 0 make the hidden state RMSNorm(E[t]); the embedding's scale
+  // (LM::kEmbeddingStd) decides how strongly the tied head predicts the input token again.
+  using Tiny = TinyLM<float, Cpu>;
+  const Tiny model(3);
+  const index_t batch = 4, seq = 64;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * seq)), targets(ids.size());
+  Rng rng(5);
+  for (auto& t : ids) t = static_cast<std::int32_t>(rng.below(256));
+  for (auto& t : targets) t = static_cast<std::int32_t>(rng.below(256));
+  const auto docs = Tiny::documents(ids, batch, seq, 256);
+  const auto in = CpuTensor<std::int32_t>::from_host({batch, seq}, ids), tg = CpuTensor<std::int32_t>::from_host({batch, seq}, targets);
+  const auto mask = CpuTensor<float>::from_host({batch, seq}, std::vector<float>(ids.size(), 1.0f));
+  const double loss = model.loss(in, tg, mask, docs).item();
+  CHECK(std::abs(loss - std::log(static_cast<double>(kTinyDims.vocab))) < 0.1);
+}
+
 TEST_CASE("LM: a tiny hybrid overfits a fixed packed batch (training works end to end)", "[model][train]") {
   using SmallLM = RecipeLM<float, Cpu, kTestDims, "AAM", kTestAttention, kTestMamba>;
   SmallLM model(11);
