@@ -1,13 +1,17 @@
 // examples/train/metrics.hpp: the JSONL metrics log and the SVG loss curve drawn from it.
 //
-// metrics.jsonl gets one object per line: {"step", "loss", "lr", "grad_norm", "tokens",
-// "tokens_per_s"} for training steps and {"step", "val_loss", "val_bpb"} for evaluations.
+// metrics.jsonl gets one object per line: {"step", "loss", "learned_tokens", "lr" (each optimizer
+// group's scheduled learning rate), "grad_norm", "tokens", "tokens_per_s", "elapsed_s" (since the
+// process started training), "time" (Unix seconds)} for training steps, with "loss" and
+// "grad_norm" null on a step that had no learned target, and {"step", "val_loss", "val_bpb",
+// "elapsed_s", "time"} for evaluations.
 // On resume the log is cut back to the checkpoint's step first, so steps a killed run logged
-// after its last checkpoint are not counted twice. loss.svg plots both series (train loss as a
-// thin line, validation as points joined by a thick line) against the step.
+// after its last checkpoint are not counted twice. loss.svg plots both series against the step
+// (write_loss_plot below).
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -23,6 +27,11 @@
 #include "megacpp/io/atomic_file.hpp"
 
 namespace megacpp::examples {
+
+/// Wall-clock time as Unix seconds (with fractions), for the metrics' "time".
+inline double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 /// Appends JSON lines to OUT/metrics.jsonl.
 class MetricsLog {
@@ -62,32 +71,76 @@ namespace detail {
 struct Series {
   std::vector<double> x, y;
 };
-inline std::string svg_polyline(const Series& s, double x0, double x1, double y0, double y1, const char* style) {
+
+// Maps data coordinates to the plot area (60..620 across, 330..30 up).
+struct PlotFrame {
+  double x0, x1, y0, y1;
+  double px(double x) const { return 60 + (x - x0) / (x1 - x0) * 560; }
+  double py(double y) const { return 330 - (y - y0) / (y1 - y0) * 300; }
+};
+
+inline std::string svg_polyline(const Series& s, const PlotFrame& f, const char* style) {
   std::ostringstream os;
   os << "<polyline fill=\"none\" " << style << " points=\"";
-  for (std::size_t i = 0; i < s.x.size(); ++i)
-    os << 60 + (s.x[i] - x0) / (x1 - x0) * 560 << "," << 330 - (s.y[i] - y0) / (y1 - y0) * 300 << " ";
+  for (std::size_t i = 0; i < s.x.size(); ++i) os << f.px(s.x[i]) << "," << f.py(s.y[i]) << " ";
   os << "\"/>\n";
   return os.str();
 }
+
+// A "nice" tick spacing for `range` split into about `count` parts: 1, 2 or 5 times a power of
+// ten (Heckbert, "Nice numbers for graph labels", Graphics Gems, 1990).
+inline double nice_step(double range, int count) {
+  const double raw = range / count;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double f = raw / magnitude;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * magnitude;
+}
+
+// The tick label of `v` on a grid of spacing `step`: as many decimals as the spacing has.
+inline std::string tick_label(double v, double step) {
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(decimals);
+  os << (std::abs(v) < step * 1e-9 ? 0.0 : v);
+  return os.str();
+}
+
+// Exponential moving average of `s` (debiased as in Adam, so the first points are not pulled to 0).
+inline Series smoothed(const Series& s, double alpha) {
+  Series out = s;
+  double average = 0, weight = 0;
+  for (std::size_t i = 0; i < s.y.size(); ++i) {
+    average = alpha * average + (1 - alpha) * s.y[i];
+    weight = alpha * weight + (1 - alpha);
+    out.y[i] = average / weight;
+  }
+  return out;
+}
 }  // namespace detail
 
-/// Draws train and validation loss from the JSONL log at `metrics` into `svg` (atomically).
-/// Returns the number of points plotted.
+/// Draws train and validation loss from the JSONL log at `metrics` into `svg` (atomically):
+/// axes with round ticks, the train loss as a thin line (steps without a loss are skipped), its
+/// exponential moving average with factor `smoothing` (0: none) as a thicker line, and the
+/// validation loss as marked points joined by a line. Returns the number of points plotted.
 inline std::size_t write_loss_plot(const std::filesystem::path& metrics, const std::filesystem::path& svg,
-                                   const std::string& title) {
+                                   const std::string& title, double smoothing = 0.9) {
   detail::Series train, val;
   std::ifstream in(metrics);
   std::string line;
+  const auto number = [](const nlohmann::json& j, const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_number() && std::isfinite(it->get<double>());
+  };
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) continue;
+    if (j.is_discarded() || !number(j, "step")) continue;
     const double step = j["step"].get<double>();
-    if (j.contains("loss") && std::isfinite(j["loss"].get<double>())) {
+    if (number(j, "loss")) {
       train.x.push_back(step);
       train.y.push_back(j["loss"].get<double>());
     }
-    if (j.contains("val_loss") && std::isfinite(j["val_loss"].get<double>())) {
+    if (number(j, "val_loss")) {
       val.x.push_back(step);
       val.y.push_back(j["val_loss"].get<double>());
     }
@@ -103,24 +156,34 @@ inline std::size_t write_loss_plot(const std::filesystem::path& metrics, const s
   if (train.x.empty() && val.x.empty()) x0 = y0 = 0, x1 = y1 = 1;
   if (x1 <= x0) x1 = x0 + 1;
   if (y1 <= y0) y1 = y0 + 1;
-  y0 = std::max(0.0, y0 - 0.05 * (y1 - y0));
+  // The axes start and end on round ticks.
+  const double ystep = detail::nice_step(y1 - y0, 5), xstep = std::max(1.0, detail::nice_step(x1 - x0, 5));
+  y0 = std::max(0.0, std::floor(y0 / ystep) * ystep);
+  y1 = std::ceil(y1 / ystep) * ystep;
+  x0 = std::floor(x0 / xstep) * xstep;
+  x1 = std::ceil(x1 / xstep) * xstep;
+  const detail::PlotFrame f{x0, x1, y0, y1};
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" font-family=\"monospace\" font-size=\"11\">\n"
      << "<rect width=\"640\" height=\"380\" fill=\"white\"/>\n"
-     << "<text x=\"60\" y=\"20\" font-size=\"13\">" << title << "</text>\n"
-     << "<line x1=\"60\" y1=\"330\" x2=\"620\" y2=\"330\" stroke=\"black\"/>\n"
-     << "<line x1=\"60\" y1=\"30\" x2=\"60\" y2=\"330\" stroke=\"black\"/>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
-    os << "<text x=\"5\" y=\"" << 334 - 75 * i << "\">" << std::round(y * 1000) / 1000 << "</text>\n"
-       << "<line x1=\"60\" y1=\"" << 330 - 75 * i << "\" x2=\"620\" y2=\"" << 330 - 75 * i << "\" stroke=\"#ddd\"/>\n"
-       << "<text x=\"" << 50 + 140 * i << "\" y=\"348\">" << std::llround(x) << "</text>\n";
-  }
-  os << "<text x=\"300\" y=\"370\">step</text>\n"
-     << detail::svg_polyline(train, x0, x1, y0, y1, "stroke=\"#4878d0\" stroke-width=\"1\"")
-     << detail::svg_polyline(val, x0, x1, y0, y1, "stroke=\"#d65f5f\" stroke-width=\"2.5\"")
-     << "<text x=\"470\" y=\"45\" fill=\"#4878d0\">train loss (nats)</text>\n"
-     << "<text x=\"470\" y=\"60\" fill=\"#d65f5f\">val loss (nats)</text>\n</svg>\n";
+     << "<text x=\"60\" y=\"20\" font-size=\"13\">" << title << "</text>\n";
+  for (double y = y0; y <= y1 + ystep * 1e-6; y += ystep)
+    os << "<line x1=\"60\" y1=\"" << f.py(y) << "\" x2=\"620\" y2=\"" << f.py(y) << "\" stroke=\"#ddd\"/>\n"
+       << "<text x=\"55\" y=\"" << f.py(y) + 4 << "\" text-anchor=\"end\">" << detail::tick_label(y, ystep) << "</text>\n";
+  for (double x = x0; x <= x1 + xstep * 1e-6; x += xstep)
+    os << "<text x=\"" << f.px(x) << "\" y=\"346\" text-anchor=\"middle\">" << detail::tick_label(x, xstep) << "</text>\n";
+  os << "<line x1=\"60\" y1=\"330\" x2=\"620\" y2=\"330\" stroke=\"black\"/>\n"
+     << "<line x1=\"60\" y1=\"30\" x2=\"60\" y2=\"330\" stroke=\"black\"/>\n"
+     << "<text x=\"340\" y=\"370\" text-anchor=\"middle\">step</text>\n"
+     << detail::svg_polyline(train, f, "stroke=\"#a6bddb\" stroke-width=\"1\"");
+  if (smoothing > 0 && train.x.size() > 1)
+    os << detail::svg_polyline(detail::smoothed(train, smoothing), f, "stroke=\"#2b5797\" stroke-width=\"2\"");
+  os << detail::svg_polyline(val, f, "stroke=\"#d65f5f\" stroke-width=\"1.5\"");
+  for (std::size_t i = 0; i < val.x.size(); ++i)
+    os << "<circle cx=\"" << f.px(val.x[i]) << "\" cy=\"" << f.py(val.y[i]) << "\" r=\"3.5\" fill=\"#d65f5f\"/>\n";
+  os << "<text x=\"470\" y=\"45\" fill=\"#a6bddb\">train loss (nats)</text>\n";
+  if (smoothing > 0) os << "<text x=\"470\" y=\"60\" fill=\"#2b5797\">train, EMA " << smoothing << "</text>\n";
+  os << "<text x=\"470\" y=\"75\" fill=\"#d65f5f\">val loss (nats)</text>\n</svg>\n";
   const std::string text = os.str();
   io::atomic_write(svg, std::span<const char>(text.data(), text.size()));
   return train.x.size() + val.x.size();

@@ -119,6 +119,22 @@ struct RunPlan {
   std::int64_t total_batch_size = 0, steps = 0, warmup_steps = 0, decay_steps = 0, eval_every = 0, val_tokens = 0;
 };
 
+/// The options as the run uses them (recorded in state.json): every "model default" sentinel of
+/// the command line (steps 0, warmup -1, ...) replaced by the value the plan derived.
+inline nlohmann::json resolved_options(const TrainOptions& o, const RunPlan& p) {
+  nlohmann::json j = o.to_json();
+  j["steps"] = p.steps;
+  j["warmup_steps"] = p.warmup_steps;
+  j["lr_decay_steps"] = p.decay_steps;
+  j["seq_len"] = p.seq_len;
+  j["micro_batch"] = p.micro_batch;
+  j["total_batch_size"] = p.total_batch_size;
+  j["accumulation"] = p.accumulation;
+  j["eval_every"] = p.eval_every;
+  j["val_tokens"] = p.val_tokens;
+  return j;
+}
+
 /// Applies the defaults of `d` to `o` and checks what needs the model (context, vocabulary) or
 /// a product of flags; throws UsageError naming the flags for an impossible combination.
 template <class Model>

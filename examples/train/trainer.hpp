@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   ho.adamw_by_role[Role::embedding].lr = o.lr_embedding;
   optim::Hybrid<float, Cpu> opt(model, ho);
   const auto params = optim::collect_params<float, Cpu>(model);
+  // Each optimizer group's base learning rate (the schedule scales them all alike), for the metrics.
+  std::map<std::string, double> group_lrs;
+  for (const auto& route : opt.routes()) group_lrs[route.group] = route.lr;
 
   data::ShardLoader loader(train_shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size));
   if (o.fim_mask) loader.enable_fim_mask(special);
@@ -124,7 +128,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   state.model_type = type_id;
   state.threads = threads;
   state.phase = p.phase.number;
-  state.options = o.to_json();
+  state.options = resolved_options(o, p);
   state.shards = meta;
   Rng rng(o.seed ^ 0x9E3779B97F4A7C15ull);
   if (!o.resume.empty()) {
@@ -156,13 +160,15 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
               static_cast<long long>(p.micro_batch), static_cast<long long>(p.seq_len), static_cast<long long>(p.steps),
               static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads);
   MetricsLog log(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
+  const auto run_start = Clock::now();  // the metrics' elapsed_s counts from here
 
   auto run_eval = [&](std::int64_t step) {
     const EvalResult e = evaluate(model, val_shards, p, meta);
     std::printf("%sstep %lld: val loss %.4f nats, %.3f bits per byte\n", isatty(STDERR_FILENO) ? "\n" : "",
                 static_cast<long long>(step), e.loss, e.bits_per_byte);
     std::fflush(stdout);
-    log.write({{"step", step}, {"val_loss", e.loss}, {"val_bpb", e.bits_per_byte}});
+    log.write({{"step", step}, {"val_loss", e.loss}, {"val_bpb", e.bits_per_byte},
+               {"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start).count()}, {"time", unix_seconds()}});
     return e;
   };
   const EvalResult first = start == 0 ? run_eval(0) : EvalResult{std::numeric_limits<double>::quiet_NaN(), 0};
@@ -239,12 +245,23 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     }
     opt.zero_grad();
     state.tokens_seen += p.total_batch_size;
-    const double seconds = std::chrono::duration<double>(Clock::now() - ts).count();
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - ts).count();
     const double loss = loss_sum;
-    nlohmann::json record = {{"step", number}, {"loss", loss}, {"lr", o.lr_matrix * lr_scale}, {"grad_norm", clip.norm},
+    // A step with no learned target (every target inside masked FIM context) has no loss and no
+    // gradient: null, not 0, so a plot or a mean over the log cannot mistake it for a perfect step.
+    nlohmann::json lr = nlohmann::json::object();
+    for (const auto& [group, base] : group_lrs) lr[group] = base * lr_scale;
+    nlohmann::json record = {{"step", number},
+                             {"loss", total > 0 ? nlohmann::json(loss) : nlohmann::json()},
+                             {"learned_tokens", static_cast<std::int64_t>(total)},
+                             {"lr", lr},
+                             {"grad_norm", total > 0 ? nlohmann::json(clip.norm) : nlohmann::json()},
                              {"tokens", state.tokens_seen},
-                             {"tokens_per_s", static_cast<double>(p.total_batch_size) / seconds}};
-    const std::int64_t same = plateau.observe(loss);
+                             {"tokens_per_s", static_cast<double>(p.total_batch_size) / seconds},
+                             {"elapsed_s", std::chrono::duration<double>(now - run_start).count()},
+                             {"time", unix_seconds()}};
+    const std::int64_t same = total > 0 ? plateau.observe(loss) : 0;
     if (o.plateau_steps > 0 && same >= o.plateau_steps) {
       record["constant_loss_steps"] = same;
       longest_plateau = std::max(longest_plateau, same);
@@ -260,8 +277,12 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     }
     log.write(record);
     char extra[160];
-    std::snprintf(extra, sizeof extra, " | step %lld/%lld loss %.3f lr %.2e gnorm %.3f", static_cast<long long>(number),
-                  static_cast<long long>(p.steps), loss, o.lr_matrix * lr_scale, clip.norm);
+    if (total > 0)
+      std::snprintf(extra, sizeof extra, " | step %lld/%lld loss %.3f lr %.2e gnorm %.3f", static_cast<long long>(number),
+                    static_cast<long long>(p.steps), loss, o.lr_matrix * lr_scale, clip.norm);
+    else
+      std::snprintf(extra, sizeof extra, " | step %lld/%lld no learned target (FIM context)", static_cast<long long>(number),
+                    static_cast<long long>(p.steps));
     bar.update(static_cast<double>((number - start) * p.total_batch_size), extra);
     if (number % p.eval_every == 0 || number == p.steps) last = run_eval(number);
     if ((o.save_every > 0 && number % o.save_every == 0) || number == end) {

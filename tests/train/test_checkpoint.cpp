@@ -199,3 +199,26 @@ TEST_CASE("metrics log is cut back on resume and the loss plot draws both series
   CHECK(svg.find("<svg") == 0);
   CHECK(svg.find("<polyline") != std::string::npos);
 }
+
+TEST_CASE("loss plot: steps without a loss are skipped, ticks are round, validation points are marked", "[metrics]") {
+  TempDir dir;
+  {
+    MetricsLog log(dir / "m.jsonl", -1);
+    for (int s = 1; s <= 300; ++s)
+      log.write({{"step", s}, {"loss", s % 23 == 0 ? nlohmann::json() : nlohmann::json(7.2 - 0.018 * s)}});
+    for (int s = 0; s <= 300; s += 50) log.write({{"step", s}, {"val_loss", 7.2 - 0.017 * s}});
+  }
+  CHECK(write_loss_plot(dir / "m.jsonl", dir / "loss.svg", "test") == 300 - 13 + 7);  // 13 null losses
+  const std::string svg = megacpp::testing::file_bytes(dir / "loss.svg");
+  for (const char* tick : {">2<", ">4<", ">6<", ">8<", ">0<", ">100<", ">300<"}) {
+    INFO(tick);
+    CHECK(svg.find(tick) != std::string::npos);
+  }
+  CHECK(svg.find("5.399") == std::string::npos);
+  std::size_t circles = 0;
+  for (std::size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++circles;
+  CHECK(circles == 7);
+  CHECK(svg.find("train, EMA 0.9") != std::string::npos);
+  CHECK(write_loss_plot(dir / "m.jsonl", dir / "plain.svg", "test", 0.0) == 294);
+  CHECK(megacpp::testing::file_bytes(dir / "plain.svg").find("EMA") == std::string::npos);
+}

@@ -53,6 +53,11 @@ TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps strai
   CHECK(sa.train_position == sb.train_position);
   CHECK(sa.rng_state == sb.rng_state);
   CHECK(sa.tokens_seen == 8 * 128);
+  // state.json records the values the run used, not the command line's "model default" sentinels.
+  CHECK(sa.options.at("steps") == 8);
+  CHECK(sa.options.at("warmup_steps") == 2);
+  CHECK(sa.options.at("eval_every") == 4);
+  CHECK(sa.options.at("accumulation") == 2);  // 128 tokens = 2 micro-batches of 2 x 32
 
   // The run wrote its metrics and plot; the resumed log holds each step once.
   std::ifstream metrics(runs / "split" / "metrics.jsonl");
@@ -60,6 +65,17 @@ TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps strai
   int train_lines = 0;
   while (std::getline(metrics, line)) train_lines += line.find("\"loss\"") != std::string::npos;
   CHECK(train_lines == 8);
+  {  // every training line: each group's learning rate and the wall clock
+    std::ifstream again(runs / "split" / "metrics.jsonl");
+    std::getline(again, line);  // the step-0 evaluation
+    CHECK(nlohmann::json::parse(line).contains("elapsed_s"));
+    std::getline(again, line);
+    const auto record = nlohmann::json::parse(line);
+    CHECK(record.at("lr").is_object());
+    CHECK(record.at("lr").size() >= 2);  // Muon's group and AdamW's (embedding, scalars)
+    CHECK(record.at("time").get<double>() > 1.7e9);
+    CHECK(record.at("learned_tokens").get<std::int64_t>() > 0);
+  }
   CHECK(fs::exists(runs / "split" / "loss.svg"));
 
   SECTION("megacpp-generate: greedy decoding with caches == full forward per token") {
@@ -195,4 +211,32 @@ TEST_CASE("trainer: bad input stops with a clear message, never a crash", "[trai
   SECTION("a global batch the micro-batch does not divide") {
     expect_error(small_run(corpus.dir.path, runs / "o", {"--total_batch_size", "100"}), 2, "not a multiple");
   }
+}
+
+TEST_CASE("trainer: a step with no learned target logs a null loss, and the plot skips it", "[trainer][metrics]") {
+  // The training shard is one FIM document whose context never reaches <MID> (BOS <PRE> text...):
+  // with --fim_mask every target is masked, so no step has a loss or a gradient.
+  Corpus corpus;
+  TempDir runs;
+  std::vector<std::uint32_t> context{256, 258};  // BOS <PRE>
+  while (context.size() < 40000) context.push_back(static_cast<std::uint32_t>('a' + context.size() % 26));
+  data::write_shard(corpus.dir / "train_000000.bin", context);
+  const auto r = run(kTrain, small_run(corpus.dir.path, runs / "fim", {"--steps", "3", "--fim_mask", "1"}), runs, "fim.log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("no learned target"));
+  std::ifstream metrics(runs / "fim" / "metrics.jsonl");
+  std::string line;
+  int null_losses = 0;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) {
+      CHECK(j.at("loss").is_null());
+      CHECK(j.at("grad_norm").is_null());
+      CHECK(j.at("learned_tokens") == 0);
+      ++null_losses;
+    }
+  }
+  CHECK(null_losses == 3);
+  CHECK(fs::exists(runs / "fim" / "loss.svg"));
 }
