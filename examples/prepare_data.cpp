@@ -109,13 +109,13 @@ int prepare(int argc, char** argv) {
   std::string seed_text = "0";
   std::int64_t shard_tokens = 16 << 20;
   std::string tokenizer_path, special_names = kDefaultSpecialTokens;
-  opts.add_options()("help,h", "show this help")
+  opts.add_options()("help,h", "show this help and exit")("version", "print the version and exit")
       ("input,i", po::value(&inputs)->required()->composing(),
        "directory to walk for .h .hpp .c .cc .cpp .cu .cuh files (repeat for several)")
       ("output,o", po::value(&output)->required(),
        "directory for train_*.bin, val_*.bin and shards.json (replaced only if it holds an earlier output)")
-      ("val_fraction", po::value(&val_fraction)->default_value(val_fraction, "0.05"), "share of files (by path hash) kept for validation, in [0, 1)")
-      ("fim_rate", po::value(&fim_rate)->default_value(fim_rate), "probability a training file becomes a FIM example, in [0, 1]")
+      ("val_fraction", po::value(&val_fraction)->default_value(val_fraction, shown_default(val_fraction)), "share of files (by path hash) kept for validation, in [0, 1)")
+      ("fim_rate", po::value(&fim_rate)->default_value(fim_rate, shown_default(fim_rate)), "probability a training file becomes a FIM example, in [0, 1]")
       ("shard_tokens", po::value(&shard_tokens)->default_value(shard_tokens), "tokens per shard (the last may be smaller), in [1, 2^31 - 1]")
       ("seed", po::value(&seed_text)->default_value(seed_text), "seed of the FIM transform (unsigned 64-bit)")
       ("tokenizer", po::value(&tokenizer_path), "byte-level BPE tokenizer.json (default: the byte tokenizer, vocab 261)")

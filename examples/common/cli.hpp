@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include <boost/program_options.hpp>
 
 #include "megacpp/core/error.hpp"
+#include "megacpp/core/version.hpp"
 
 namespace megacpp::examples {
 
@@ -115,19 +117,38 @@ inline void ensure_writable_directory(const std::string& tool, std::string_view 
 /// Parses the command line against `accepted` into `vm`; with --help, prints `shown` (the flags a
 /// user should see; `accepted` may add hidden ones) and returns false: the tool then exits 0.
 /// Otherwise runs po::notify (which fills the bound variables) and returns true.
+/// With --version (when `accepted` has it), prints "<program> <megacpp version>" and returns false too.
 inline bool parse_flags_or_help(int argc, char** argv, const boost::program_options::options_description& accepted,
                                 const boost::program_options::options_description& shown,
                                 boost::program_options::variables_map& vm) {
   namespace po = boost::program_options;
-  po::store(po::parse_command_line(argc, argv, accepted), vm);
+  // No positional arguments: a stray word ("--no_fim_mask 1") is an error, not silently dropped.
+  const po::positional_options_description none;
+  po::store(po::command_line_parser(argc, argv).options(accepted).positional(none).run(), vm);
   if (vm.count("help")) {
     std::ostringstream help;
     help << shown;
     std::printf("%s\n", help.str().c_str());
     return false;
   }
+  if (vm.count("version")) {
+    const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "megacpp";
+    std::printf("%s %s\n", program.c_str(), kVersion);
+    return false;
+  }
   po::notify(vm);
   return true;
+}
+
+/// A default value as --help shows it: the shortest text that reads back as `value` ("0.004",
+/// not program_options' 17 digits "0.0040000000000000001").
+inline std::string shown_default(double value) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
+  return text;
 }
 
 namespace detail {

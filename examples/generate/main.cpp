@@ -116,15 +116,17 @@ int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& stat
 int parse_and_generate(int argc, char** argv) {
   GenerateOptions o;
   std::string seed_text = "0";
+  bool no_stop_at_eos = false;
   po::options_description opts("megacpp-generate: sample from a megacpp-train checkpoint\n\nOptions");
-  opts.add_options()("help,h", "show this help and exit")
-      ("checkpoint", po::value(&o.checkpoint)->required(), "a step_* directory, or a run directory (its latest)")
-      ("prompt", po::value(&o.prompt)->default_value(o.prompt), "text to continue")
-      ("tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate (prompt + tokens <= the model's max_seq)")
-      ("temperature", po::value(&o.temperature)->default_value(o.temperature), "softmax temperature (0: greedy)")
+  opts.add_options()("help,h", "show this help and exit")("version", "print the version and exit")
+      ("checkpoint,c", po::value(&o.checkpoint)->required(), "a step_* directory, or a run directory (its latest)")
+      ("prompt,p", po::value(&o.prompt)->default_value(o.prompt), "text to continue")
+      ("tokens,n", po::value(&o.tokens)->default_value(o.tokens), "tokens to generate (prompt + tokens <= the model's max_seq)")
+      ("temperature", po::value(&o.temperature)->default_value(o.temperature, shown_default(o.temperature)),
+       "softmax temperature (0: greedy)")
       ("top_k", po::value(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens (0: all)")
       ("seed", po::value(&seed_text)->default_value(seed_text), "sampling seed (unsigned 64-bit)")
-      ("stop_at_eos", po::value(&o.stop_at_eos)->default_value(o.stop_at_eos), "stop at the end-of-document token")
+      ("no_stop_at_eos", po::bool_switch(&no_stop_at_eos), "keep generating past the end-of-document token")
       ("verify", po::bool_switch(&o.verify), "also decode with a full forward per token and fail unless the tokens match")
       ("tokenizer", po::value(&o.tokenizer), "the BPE tokenizer.json the checkpoint's shards were written with (BPE shards only)")
       ("special_tokens", po::value(&o.special_tokens)->default_value(o.special_tokens),
@@ -132,6 +134,7 @@ int parse_and_generate(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_flags_or_help(argc, argv, opts, opts, vm)) return kExitOk;  // --help
   o.seed = parse_u64_flag(kTool, "seed", seed_text);
+  o.stop_at_eos = !no_stop_at_eos;
   check_range(kTool, "tokens", o.tokens, 0, std::int64_t{1} << 40);
   check_real(kTool, "temperature", o.temperature, 0, 1e6);
   check_range(kTool, "top_k", o.top_k, 0, std::int64_t{1} << 40, "0: all tokens");

@@ -29,11 +29,12 @@ int parse_and_train(int argc, char** argv) {
   TrainOptions o;
   o.data = default_corpus_dir(MEGACPP_DEFAULT_CORPUS);
   std::string seed_text = "0";
+  bool no_fim_mask = false;
   po::options_description run("Run");
-  run.add_options()("help,h", "show this help and exit")
-      ("model", po::value(&o.model)->default_value(o.model), model_names())
-      ("data", po::value(&o.data)->default_value(o.data), "directory of train_*.bin / val_*.bin shards (megacpp-prepare)")
-      ("out", po::value(&o.out)->default_value(o.out), "run directory: step_*/ checkpoints, latest, metrics.jsonl, loss.svg")
+  run.add_options()("help,h", "show this help and exit")("version", "print the version and exit")
+      ("model,m", po::value(&o.model)->default_value(o.model), model_names())
+      ("data,d", po::value(&o.data)->default_value(o.data), "directory of train_*.bin / val_*.bin shards (megacpp-prepare)")
+      ("out,o", po::value(&o.out)->default_value(o.out), "run directory: step_*/ checkpoints, latest, metrics.jsonl, loss.svg")
       ("resume", po::value(&o.resume)->implicit_value("", "OUT"),
        "continue from a checkpoint: a step_* directory or a run directory (its latest); bare --resume uses --out")
       ("seed", po::value(&seed_text)->default_value(seed_text), "seed of initialisation and sampling")
@@ -52,24 +53,24 @@ int parse_and_train(int argc, char** argv) {
       ("total_batch_size", po::value(&o.total_batch_size)->default_value(0, "model default"), "global batch in tokens")
       ("micro_batch", po::value(&o.micro_batch)->default_value(0, "phase default"), "rows per micro-batch; accumulation = total / (micro_batch x seq_len)")
       ("seq_len", po::value(&o.seq_len)->default_value(0, "phase default"), "tokens per row")
-      ("fim_mask", po::value(&o.fim_mask)->default_value(o.fim_mask), "no loss on the prefix/suffix context of FIM documents");
+      ("no_fim_mask", po::bool_switch(&no_fim_mask), "learn the prefix/suffix context of FIM documents too (masked by default)");
   po::options_description optim_opts("Optimizer (Muon for 2-D matrices, AdamW for the rest)");
   optim_opts.add_options()
-      ("lr_matrix", po::value(&o.lr_matrix)->default_value(o.lr_matrix), "Muon learning rate")
-      ("lr_embedding", po::value(&o.lr_embedding)->default_value(o.lr_embedding), "AdamW learning rate of the tied embedding / head")
-      ("lr_scalar", po::value(&o.lr_scalar)->default_value(o.lr_scalar), "AdamW learning rate of norms, Mamba scalars and other 1-D tensors")
+      ("lr_matrix", po::value(&o.lr_matrix)->default_value(o.lr_matrix, shown_default(o.lr_matrix)), "Muon learning rate")
+      ("lr_embedding", po::value(&o.lr_embedding)->default_value(o.lr_embedding, shown_default(o.lr_embedding)), "AdamW learning rate of the tied embedding / head")
+      ("lr_scalar", po::value(&o.lr_scalar)->default_value(o.lr_scalar, shown_default(o.lr_scalar)), "AdamW learning rate of norms, Mamba scalars and other 1-D tensors")
       ("lr_schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | cosine | linear | wsd")
       ("warmup_steps", po::value(&o.warmup_steps)->default_value(-1, "model default"), "absolute LR warmup steps (never a ratio)")
       ("lr_decay_steps", po::value(&o.lr_decay_steps)->default_value(-1, "30% of steps"), "wsd: steps of the final decay")
-      ("lr_final_ratio", po::value(&o.lr_final_ratio)->default_value(o.lr_final_ratio), "LR multiplier reached at the last step")
-      ("weight_decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "decoupled weight decay of 2-D matrices")
-      ("max_grad_norm", po::value(&o.max_grad_norm)->default_value(o.max_grad_norm), "clip the global gradient norm to this");
+      ("lr_final_ratio", po::value(&o.lr_final_ratio)->default_value(o.lr_final_ratio, shown_default(o.lr_final_ratio)), "LR multiplier reached at the last step")
+      ("weight_decay", po::value(&o.weight_decay)->default_value(o.weight_decay, shown_default(o.weight_decay)), "decoupled weight decay of 2-D matrices")
+      ("max_grad_norm", po::value(&o.max_grad_norm)->default_value(o.max_grad_norm, shown_default(o.max_grad_norm)), "clip the global gradient norm to this");
   po::options_description sample("Sample printed at the end");
   sample.add_options()
       ("sample_tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens), "tokens to generate (0: none)")
-      ("temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature (0: greedy)")
+      ("temperature", po::value(&o.temperature)->default_value(o.temperature, shown_default(o.temperature)), "sampling temperature (0: greedy)")
       ("top_k", po::value(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens (0: all)")
-      ("prompt", po::value(&o.prompt)->default_value(o.prompt), "text the sample continues");
+      ("prompt,p", po::value(&o.prompt)->default_value(o.prompt), "text the sample continues");
   po::options_description debug("Fault injection (tests)");
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")
@@ -85,6 +86,7 @@ int parse_and_train(int argc, char** argv) {
   for (const auto& [name, value] : vm)
     if (!value.defaulted()) given.insert(name);
   o.seed = parse_u64_flag(kTrainTool, "seed", seed_text);
+  o.fim_mask = !no_fim_mask;
   check_options(o, given);
   if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
   return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {

@@ -12,3 +12,4 @@
 #include "megacpp/core/random.hpp"
 #include "megacpp/core/shape.hpp"
 #include "megacpp/core/tensor.hpp"
+#include "megacpp/core/version.hpp"

@@ -319,3 +319,21 @@ TEST_CASE("megacpp-train: special token ids come from the shards' shards.json", 
                 "resume on shards written with the same tokenizer");
   }
 }
+
+TEST_CASE("CLI conventions: --version, short flags, switches, defaults as written", "[tools]") {
+  TempDir dir;
+  for (const std::string& tool : {kTrain, kGenerate, kPrepare}) {
+    const ProcessResult v = run(tool, {"--version"}, dir, "version.log");
+    INFO(tool << ": " << v.output);
+    CHECK(v.exit_code == 0);
+    CHECK_THAT(v.output, Catch::Contains(std::string(" ") + megacpp::kVersion));
+  }
+  const ProcessResult help = run(kTrain, {"--help"}, dir, "help.log");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.output, Catch::Contains("-m [ --model ]") && Catch::Contains("--no_fim_mask") &&
+                              Catch::Contains("(=0.004)"));
+  CHECK_THAT(help.output, !Catch::Contains("00000000000"));  // no 17-digit defaults
+  // A boolean takes no value; a usage error exits 2 naming the flag.
+  expect_exit(kTrain, {"--no_fim_mask", "1"}, dir, 2, "too many positional options");
+  expect_exit(kGenerate, {"-c", (dir / "none").string(), "-n", "-5"}, dir, 2, "--tokens");
+}

@@ -80,7 +80,7 @@ TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps strai
 
   SECTION("megacpp-generate: greedy decoding with caches == full forward per token") {
     const auto g = run(kGenerate, {"--checkpoint", (runs / "straight").string(), "--temperature", "0", "--tokens", "40",
-                                   "--stop_at_eos", "false", "--verify", "--prompt", "int "},
+                                   "--no_stop_at_eos", "--verify", "--prompt", "int "},
                        runs, "generate.log");
     CHECK(g.exit_code == 0);
     CHECK_THAT(g.output, Catch::Contains("cached decoding == full forward"));
@@ -215,13 +215,13 @@ TEST_CASE("trainer: bad input stops with a clear message, never a crash", "[trai
 
 TEST_CASE("trainer: a step with no learned target logs a null loss, and the plot skips it", "[trainer][metrics]") {
   // The training shard is one FIM document whose context never reaches <MID> (BOS <PRE> text...):
-  // with --fim_mask every target is masked, so no step has a loss or a gradient.
+  // with the FIM mask (on by default) every target is masked, so no step has a loss or a gradient.
   Corpus corpus;
   TempDir runs;
   std::vector<std::uint32_t> context{256, 258};  // BOS <PRE>
   while (context.size() < 40000) context.push_back(static_cast<std::uint32_t>('a' + context.size() % 26));
   data::write_shard(corpus.dir / "train_000000.bin", context);
-  const auto r = run(kTrain, small_run(corpus.dir.path, runs / "fim", {"--steps", "3", "--fim_mask", "1"}), runs, "fim.log");
+  const auto r = run(kTrain, small_run(corpus.dir.path, runs / "fim", {"--steps", "3"}), runs, "fim.log");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("no learned target"));
