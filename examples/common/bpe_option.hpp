@@ -1,10 +1,13 @@
 // examples/common/bpe_option.hpp: the tools' --tokenizer / --special_tokens options for a
-// byte-level BPE tokenizer.json (megacpp-prepare writes shards with it; megacpp-generate encodes
-// the prompt and decodes samples with it, after checking it is the file the shards were made with).
+// byte-level BPE tokenizer.json (megacpp-prepare writes shards with it; megacpp-generate and
+// megacpp-train's end-of-run sample encode the prompt and decode samples with it, after checking
+// it is the file the shards were made with).
 #pragma once
 
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,11 +15,9 @@
 #include "common/cli.hpp"
 #include "megacpp/data/bpe_tokenizer.hpp"
 #include "megacpp/data/shard_meta.hpp"
+#include "megacpp/data/tokenizer.hpp"
 
 namespace megacpp::examples {
-
-/// --special_tokens' default: StarCoder's names (one <|endoftext|> begins and ends documents).
-inline constexpr const char* kDefaultSpecialTokens = "<|endoftext|>,<|endoftext|>,<fim_prefix>,<fim_suffix>,<fim_middle>";
 
 /// The five names of --special_tokens ("BOS,EOS,PRE,SUF,MID"); a flag error otherwise.
 inline data::BpeSpecialNames parse_special_token_names(const std::string& tool, const std::string& text) {
@@ -56,5 +57,41 @@ inline data::BpeTokenizer load_shards_tokenizer(const std::string& tool, const s
         ", EOS ", want.eos, "): pass the --special_tokens given to megacpp-prepare");
   return tokenizer;
 }
+
+/// The tokenizer a model's samples are encoded and printed with: the byte tokenizer for byte
+/// shards, or for BPE shards their tokenizer.json given as `path` (checked to be that file). With
+/// BPE shards and no `path` there is none (available() is false). A sampled token is printed as
+/// its bytes: a UTF-8 character split across tokens completes when its last byte arrives.
+class SampleCodec {
+ public:
+  SampleCodec(const std::string& tool, const std::string& path, const std::string& special_names,
+              const data::ShardMetadata& shards) {
+    if (shards.tokenizer == "byte") {
+      check_flag(path.empty(), tool, "tokenizer", path, " given, but the shards were written with the byte tokenizer");
+      return;
+    }
+    check(shards.tokenizer == "bpe", tool, "shards written with the \"", shards.tokenizer,
+          "\" tokenizer, which this tool does not know");
+    available_ = !path.empty();
+    if (available_) bpe_ = load_shards_tokenizer(tool, path, parse_special_token_names(tool, special_names), shards);
+  }
+  /// False for BPE shards without their tokenizer.json.
+  bool available() const { return available_; }
+  /// BOS + the prompt's tokens.
+  std::vector<std::int32_t> prompt(const std::string& text) const {
+    return bpe_ ? bpe_->encode_document(text, false) : data::ByteTokenizer().encode_document(text, false);
+  }
+  /// Prints token `t` (an id without a token, such as the model's padding ids, as "<id>").
+  void print(std::int32_t t) const {
+    const std::int32_t vocab = bpe_ ? bpe_->vocab_size() : data::ByteTokenizer::kVocab;
+    if (t < 0 || t >= vocab || (bpe_ && !bpe_->has_token(t))) std::printf("<%d>", t);
+    else std::fputs((bpe_ ? bpe_->decode({t}) : data::ByteTokenizer().decode({t})).c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  bool available_ = true;
+  std::optional<data::BpeTokenizer> bpe_;
+};
 
 }  // namespace megacpp::examples

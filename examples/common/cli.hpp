@@ -140,6 +140,10 @@ inline bool parse_flags_or_help(int argc, char** argv, const boost::program_opti
   return true;
 }
 
+/// --special_tokens' default (the tools that take a BPE tokenizer.json): StarCoder's names, one
+/// <|endoftext|> that begins and ends documents, then the three FIM sentinels.
+inline constexpr const char* kDefaultSpecialTokens = "<|endoftext|>,<|endoftext|>,<fim_prefix>,<fim_suffix>,<fim_middle>";
+
 /// A default value as --help shows it: the shortest text that reads back as `value` ("0.004",
 /// not program_options' 17 digits "0.0040000000000000001").
 inline std::string shown_default(double value) {

@@ -37,42 +37,12 @@ struct GenerateOptions {
   bool verify = false, stop_at_eos = true;
 };
 
-// The tokenizer the checkpoint's shards were written with: the byte tokenizer, or the BPE
-// tokenizer.json given by --tokenizer (checked to be that file). Encodes the prompt as a document
-// start and prints each sampled token's bytes (a UTF-8 character split across tokens is completed
-// by the terminal when its last byte arrives).
-class Codec {
- public:
-  Codec(const GenerateOptions& o, const fs::path& dir, const data::ShardMetadata& shards) {
-    if (shards.tokenizer == "byte") {
-      check(o.tokenizer.empty(), kTool, "--tokenizer ", o.tokenizer, " given, but ", dir.string(),
-            " was trained on byte tokenizer shards");
-      return;
-    }
-    check(shards.tokenizer == "bpe", kTool, dir.string(), " was trained on \"", shards.tokenizer,
-          "\" tokenizer shards, which megacpp-generate does not know");
-    check(!o.tokenizer.empty(), kTool, dir.string(), " was trained on BPE shards (", shards.tokenizer_hash,
-          "): pass their tokenizer.json with --tokenizer");
-    bpe_ = load_shards_tokenizer(kTool, o.tokenizer, parse_special_token_names(kTool, o.special_tokens), shards);
-  }
-  std::vector<std::int32_t> prompt(const std::string& text) const {
-    return bpe_ ? bpe_->encode_document(text, false) : data::ByteTokenizer().encode_document(text, false);
-  }
-  void print(std::int32_t t) const {
-    const std::int32_t vocab = bpe_ ? bpe_->vocab_size() : data::ByteTokenizer::kVocab;
-    if (t < 0 || t >= vocab || (bpe_ && !bpe_->has_token(t))) std::printf("<%d>", t);
-    else std::fputs((bpe_ ? bpe_->decode({t}) : data::ByteTokenizer().decode({t})).c_str(), stdout);
-    std::fflush(stdout);
-  }
-
- private:
-  std::optional<data::BpeTokenizer> bpe_;
-};
-
 template <class Model>
 int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state) {
   const std::string type_id = Model::type_id();
-  const Codec codec(o, dir, state.shards);
+  const SampleCodec codec(kTool, o.tokenizer, o.special_tokens, state.shards);
+  check(codec.available(), kTool, dir.string(), " was trained on BPE shards (", state.shards.tokenizer_hash,
+        "): pass their tokenizer.json with --tokenizer");
   const auto prompt = codec.prompt(o.prompt);
   // The prompt (BOS + its tokens) and the new tokens must fit the model's context (the decode
   // caches are sized for it: an unchecked count would ask for terabytes).

@@ -70,7 +70,10 @@ int parse_and_train(int argc, char** argv) {
       ("sample_tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens), "tokens to generate (0: none)")
       ("temperature", po::value(&o.temperature)->default_value(o.temperature, shown_default(o.temperature)), "sampling temperature (0: greedy)")
       ("top_k", po::value(&o.top_k)->default_value(o.top_k), "sample among the k most likely tokens (0: all)")
-      ("prompt,p", po::value(&o.prompt)->default_value(o.prompt), "text the sample continues");
+      ("prompt,p", po::value(&o.prompt)->default_value(o.prompt), "text the sample continues")
+      ("tokenizer", po::value(&o.tokenizer), "BPE shards: their tokenizer.json, to encode the prompt and print the sample")
+      ("special_tokens", po::value(&o.special_tokens)->default_value(o.special_tokens),
+       "with --tokenizer: the names given to megacpp-prepare (BOS,EOS,FIM prefix,FIM suffix,FIM middle)");
   po::options_description debug("Fault injection (tests)");
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")

@@ -54,6 +54,8 @@ struct TrainOptions {
   double temperature = 0.8;          ///< sampling temperature (0: greedy)
   index_t top_k = 40;                ///< sampling top-k (0: all)
   std::string prompt = "#include <";  ///< sample prompt
+  std::string tokenizer;             ///< BPE shards: their tokenizer.json, for the sample
+  std::string special_tokens = kDefaultSpecialTokens;  ///< with tokenizer: megacpp-prepare's names
   bool require_improvement = false;  ///< exit 5 when a fresh run's validation loss did not fall
   std::int64_t debug_poison_step = 0;    ///< fault injection: NaN weights before this step (tests)
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)

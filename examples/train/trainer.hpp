@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bpe_option.hpp"
 #include "common/progress_bar.hpp"
 #include "megacpp/data.hpp"
 #include "megacpp/train/curriculum.hpp"
@@ -103,6 +104,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
         meta.tokenizer_hash, ", BOS ", meta.special.bos, ", vocab ", meta.vocab_size,
         "): resume on shards written with the same tokenizer");
   const data::SpecialTokens special = meta.special;
+  const SampleCodec codec(kTrainTool, o.tokenizer, o.special_tokens, meta);  // the end-of-run sample's
   ensure_writable_directory(kTrainTool, "out", o.out);
   prepare_run_directory(o.out, o.resume.empty() ? -1 : start);
 
@@ -312,21 +314,16 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   if (start == 0)
     std::printf("validation loss %.4f -> %.4f nats (%.3f -> %.3f bits per byte)%s\n", first.loss, last.loss,
                 first.bits_per_byte, last.bits_per_byte, learned ? "" : ": DID NOT FALL");
-  if (o.sample_tokens > 0 && meta.tokenizer != "byte") {
-    std::printf("no sample: the shards' %s tokenizer is not the byte tokenizer megacpp-train decodes with\n",
+  if (o.sample_tokens > 0 && !codec.available()) {
+    std::printf("no sample: the shards' %s tokenizer needs its tokenizer.json (--tokenizer) to encode the prompt\n",
                 meta.tokenizer.c_str());
   } else if (o.sample_tokens > 0) {
-    const data::ByteTokenizer tokenizer;
     std::printf("sample (temperature %.2f, top-k %lld):\n%s", o.temperature, static_cast<long long>(o.top_k), o.prompt.c_str());
     SamplingOptions so{o.temperature, o.top_k};
-    generate(model, tokenizer.encode_document(o.prompt, false), o.sample_tokens, so, rng, special.bos,
-             [&](std::int32_t t) {
-               if (t < 256) std::putchar(t);
-               else if (t < tokenizer.vocab_size()) std::printf("%s", tokenizer.decode({t}).c_str());
-               else std::printf("<%d>", t);  // padding ids of the model's vocabulary
-               std::fflush(stdout);
-               return t != special.eos;
-             });
+    generate(model, codec.prompt(o.prompt), o.sample_tokens, so, rng, special.bos, [&](std::int32_t t) {
+      codec.print(t);
+      return t != special.eos;
+    });
     std::printf("\n");
   }
   return learned || !o.require_improvement ? kExitOk : kExitNoImprovement;

@@ -1,6 +1,6 @@
 // The tools on BPE shards end to end: megacpp-prepare --tokenizer writes them, megacpp-train
-// trains the tiny model on them, megacpp-generate encodes its prompt and decodes its samples with
-// the same tokenizer.json and refuses another file or a missing one.
+// trains the tiny model on them and samples with --tokenizer, megacpp-generate encodes its prompt
+// and decodes its samples with the same tokenizer.json; both refuse another file.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -63,11 +63,21 @@ TEST_CASE("tools on BPE shards: prepare, train, generate with the same tokenizer
                             dir, "prepare.log");
   INFO(prepared.output);
   REQUIRE(prepared.exit_code == 0);
-  const auto trained = run(kTrain, small_run(dir / "shards", dir / "run", {"--steps", "3", "--val_tokens", "128"}), dir,
-                           "train.log");
+  const auto trained = run(kTrain,
+                           small_run(dir / "shards", dir / "run",
+                                     {"--steps", "3", "--val_tokens", "128", "--sample_tokens", "8", "--tokenizer",
+                                      (dir / "tok.json").string(), "--prompt", "int y"}),
+                           dir, "train.log");
   INFO(trained.output);
   REQUIRE(trained.exit_code == 0);
-  CHECK_THAT(trained.output, Catch::Contains("bpe tokenizer, BOS 260"));
+  CHECK_THAT(trained.output, Catch::Contains("bpe tokenizer, BOS 260") && Catch::Contains("sample (temperature") &&
+                                 Catch::Contains("\nint y"));
+  const auto other_sample = run(kTrain,
+                                small_run(dir / "shards", dir / "run2",
+                                          {"--steps", "3", "--tokenizer", (dir / "other.json").string()}),
+                                dir, "train2.log");
+  CHECK(other_sample.exit_code == 1);  // checked before any training
+  CHECK_THAT(other_sample.output, Catch::Contains("is not the tokenizer the model's shards were written with"));
 
   const std::vector<std::string> base{"--checkpoint", (dir / "run").string(), "--tokens", "8", "--prompt", "int x = 1;",
                                       "--temperature", "0", "--verify"};
