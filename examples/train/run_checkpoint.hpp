@@ -3,6 +3,7 @@
 // OUT/step_00000300/model.safetensors      weights under the model's parameter names
 //                  /optimizer.safetensors  optimizer state (moments, Muon buffers, step counters)
 //                  /state.json             step, phase, data position, RNG, model and options
+//                  /config.json            the model's dimensions and pattern as data (model_config)
 // OUT/latest                               the name of the newest complete checkpoint
 //
 // A checkpoint is written into a hidden temp directory (each file temp + fsync + rename), the
@@ -39,6 +40,7 @@
 #include "megacpp/data/shard_meta.hpp"
 #include "megacpp/io/checkpoint.hpp"
 #include "megacpp/io/json_value.hpp"
+#include "megacpp/core/version.hpp"
 
 namespace megacpp::examples {
 
@@ -253,6 +255,31 @@ inline void prepare_run_directory(const fs::path& out, std::int64_t resume_step)
               aside.string().c_str());
 }
 
+/// The model's configuration as data (config.json beside the weights, and the "megacpp.config"
+/// metadata of model.safetensors): what a reader outside megacpp needs to build the same network,
+/// instead of parsing the free-text type id. `layers` spells the
+/// letter of every layer; `type_id` keeps each letter's sizes in words.
+template <class Model>
+nlohmann::json model_config(const Model& model, const std::string& name) {
+  const std::string pattern = Model::pattern();
+  std::string layers;
+  for (index_t i = 0; i < Model::dims.n_layers; ++i) layers += pattern[static_cast<std::size_t>(i) % pattern.size()];
+  return {{"format", "megacpp"},
+          {"megacpp_version", kVersion},
+          {"model", name},
+          {"type_id", Model::type_id()},
+          {"dtype", std::string(dtype_name<typename Model::value_type>())},
+          {"d_model", Model::dims.d_model},
+          {"n_layers", Model::dims.n_layers},
+          {"vocab", Model::dims.vocab},
+          {"max_seq", Model::dims.max_seq},
+          {"pattern", pattern},
+          {"layers", layers},
+          {"tied_embedding", true},
+          {"logit_softcap", model.head.softcap},
+          {"norm_eps", model.norm_eps}};
+}
+
 /// Writes model, optimizer and state as OUT/step_N atomically, points `latest` at it and keeps
 /// the newest `keep` checkpoints. `pause_ms` sleeps between the files (kill tests only).
 template <class Model, class Opt>
@@ -267,7 +294,10 @@ fs::path save_checkpoint(const fs::path& out, Model& model, Opt& opt, const Trai
   const fs::path tmp = out / ("." + name + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  io::save_model(tmp / "model.safetensors", model, state.model_type, {{"step", std::to_string(state.step)}});
+  const std::string config = model_config(model, state.model).dump(2) + "\n";
+  io::save_model(tmp / "model.safetensors", model, state.model_type,
+                 {{"step", std::to_string(state.step)}, {"megacpp.config", model_config(model, state.model).dump()}});
+  io::atomic_write(tmp / "config.json", std::span<const char>(config.data(), config.size()));
   pause();
   io::save_optimizer(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(state.step)}});
   pause();

@@ -53,6 +53,16 @@ TEST_CASE("trainer: k steps, checkpoint, resume for N - k steps == N steps strai
   CHECK(sa.train_position == sb.train_position);
   CHECK(sa.rng_state == sb.rng_state);
   CHECK(sa.tokens_seen == 8 * 128);
+  // config.json (and the weights' metadata) describe the model as data; the weights say format pt.
+  const auto config = nlohmann::json::parse(megacpp::testing::file_bytes(a / "config.json"));
+  CHECK(config.at("pattern") == "AAM");
+  CHECK(config.at("layers") == "AAM");
+  CHECK(config.at("d_model") == 64);
+  CHECK(config.at("vocab") == 264);
+  CHECK(config.at("type_id") == TinyModel::type_id());
+  const io::SafetensorsReader weights(a / "model.safetensors");
+  CHECK(nlohmann::json::parse(weights.metadata().at("megacpp.config")) == config);
+  CHECK(weights.metadata().at("format") == "pt");
   // state.json records the values the run used, not the command line's "model default" sentinels.
   CHECK(sa.options.at("steps") == 8);
   CHECK(sa.options.at("warmup_steps") == 2);
