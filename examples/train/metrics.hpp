@@ -2,6 +2,9 @@
 //
 // metrics.jsonl gets one object per line: {"step", "loss", "lr", "grad_norm", "tokens",
 // "tokens_per_s"} for training steps and {"step", "val_loss", "val_bpb"} for evaluations.
+// "loss" is the next-token loss; a model with MTP adds "mtp_weight" (lambda of the step) and, when
+// lambda > 0, "mtp_loss" (the MTP cross-entropy before lambda; the step minimised loss + lambda
+// mtp_loss).
 // On resume the log is cut back to the checkpoint's step first, so steps a killed run logged
 // after its last checkpoint are not counted twice. loss.svg plots both series (train loss as a
 // thin line, validation as points joined by a thick line) against the step.
