@@ -1,11 +1,13 @@
 // bench_train_step: one full training step (forward, backward, AdamW) of the dense reference
-// model and of an "AAM" hybrid of the same width: tokens/s and MFU.
+// model, of the dense model with multi-token prediction of depth 1 (lambda 0.3, nn/model/mtp.hpp)
+// and of an "AAM" hybrid of the same width: tokens/s, MFU and the MTP step's overhead.
 //
 // Configuration: V = 8192, d = 512, 4 layers, 8 heads / 2 kv heads, T = 1024, B = 4,
 // 8 documents per row (BOS every 128 tokens), fp32. MFU = model FLOPs per second / the
 // Cpu::gemm rate measured in the same run (2048^3), model FLOPs = 6 x (matrix parameters incl.
 // the tied head) per token + 6 x the attention products actually computed (QK^T and PV, causal
-// within documents): the useful work of a step, not what the kernels happen to execute.
+// within documents): the useful work of a step, not what the kernels happen to execute. MTP adds
+// its W_p and block matrices, a second pass through the tied head and one attention layer.
 #include <chrono>
 #include <cstdio>
 
@@ -21,6 +23,8 @@ inline constexpr AttentionSizes kBenchAttention{.n_heads = 8, .n_kv_heads = 2};
 inline constexpr MambaSizes kBenchMamba{.d_state = 128, .headdim = 64, .expand = 2};
 using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A", kBenchAttention, kBenchMamba>;
 using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM", kBenchAttention, kBenchMamba>;
+using MtpModel = LM<float, Cpu, kBenchDims, Pattern<"A">, RecipeLetters<kBenchAttention, kBenchMamba>, HeadSoftcap<30>,
+                    MtpDepth1<'A'>>;
 constexpr index_t kBatch = 4, kSeq = 1024, kDocLen = 128;
 constexpr std::int32_t kBos = 0;
 
@@ -39,46 +43,66 @@ struct StepFigures {
   double seconds = 0, tokens_per_s = 0, model_gflop = 0, loss = 0;
 };
 
+// One model's training step on a fixed packed batch (AdamW on every parameter).
 template <class Model>
-StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
-  Model model(0);
-  std::fputs(model.summary().c_str(), stdout);
-  optim::AdamW<float, Cpu> opt(optim::collect_params<float, Cpu>(model), optim::AdamWOptions{.lr = 1e-3});
-  Rng rng(2);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kSeq)), targets(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = i % kDocLen == 0 ? kBos : static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
-    targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
+struct StepBench {
+  Model model{0};
+  optim::AdamW<float, Cpu> opt{optim::collect_params<float, Cpu>(model), optim::AdamWOptions{.lr = 1e-3}};
+  std::vector<std::int32_t> ids, targets;
+  DocumentLayout<Cpu> docs;
+  CpuTensor<std::int32_t> in, tg;
+  CpuTensor<float> mask = CpuTensor<float>::full({kBatch, kSeq}, 1.0f);
+  double loss = 0;
+
+  StepBench() : ids(static_cast<std::size_t>(kBatch * kSeq)), targets(ids.size()) {
+    std::fputs(model.summary().c_str(), stdout);
+    Rng rng(2);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = i % kDocLen == 0 ? kBos : static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
+      targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
+    }
+    docs = Model::documents(ids, kBatch, kSeq, kBos);
+    in = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, ids);
+    tg = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, targets);
   }
-  const auto docs = Model::documents(ids, kBatch, kSeq, kBos);
-  const auto in = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, ids);
-  const auto tg = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, targets);
-  const auto mask = CpuTensor<float>::full({kBatch, kSeq}, 1.0f);
-  StepFigures f;
-  auto step = [&] {
-    const auto loss = model.loss(in, tg, mask, docs);
-    f.loss = loss.item();
-    backward(loss);
+  void step() {
+    const auto l = model.loss(in, tg, mask, docs);
+    loss = l.item();
+    backward(l);
     opt.step();
     opt.zero_grad();
-  };
-  const auto t = bench::time_interleaved({{name, step}}, args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
-  f.seconds = t[0].median_s;
-  f.tokens_per_s = static_cast<double>(kBatch * kSeq) / f.seconds;
+  }
   // Useful FLOPs: 6 x matrix params (the embedding counts once, as the head's GEMM) per token,
   // plus attention: per attention layer and token, 2 products x 2 FLOPs x heads x head_dim x
   // (keys attended = position in document + 1, mean (kDocLen + 1) / 2), times 3 for training.
-  index_t matrix_params = 0;
-  model.for_each_param([&](const std::string&, Param<float, Cpu>& p) {
-    if (p.shape().rank() == 2) matrix_params += p.numel();
-  });
-  index_t attention_layers = 0;
-  for (index_t l = 0; l < kBenchDims.n_layers; ++l) attention_layers += Model::pattern()[l % std::char_traits<char>::length(Model::pattern())] == 'A';
-  const double attn_per_token = 3.0 * 2 * 2 * kBenchAttention.n_heads * kBenchAttention.head_dim_for(kBenchDims.d_model) * (kDocLen + 1) / 2.0;
-  f.model_gflop = (6.0 * static_cast<double>(matrix_params) + attention_layers * attn_per_token) * kBatch * kSeq * 1e-9;
-  std::printf("%-7s step %.1f ms, %.0f tokens/s, %.1f GFLOP/step useful, %.1f GFLOP/s, loss %.4f\n\n", name,
-              f.seconds * 1e3, f.tokens_per_s, f.model_gflop, f.model_gflop / f.seconds, f.loss);
-  return f;
+  StepFigures figures(double seconds, const char* name) {
+    StepFigures f;
+    f.seconds = seconds;
+    f.loss = loss;
+    f.tokens_per_s = static_cast<double>(kBatch * kSeq) / f.seconds;
+    index_t matrix_params = 0;
+    model.for_each_param([&](const std::string&, Param<float, Cpu>& p) {
+      if (p.shape().rank() == 2) matrix_params += p.numel();
+    });
+    index_t attention_layers = 0;
+    for (index_t l = 0; l < kBenchDims.n_layers; ++l) attention_layers += Model::pattern()[l % std::char_traits<char>::length(Model::pattern())] == 'A';
+    if constexpr (Model::has_mtp) {
+      matrix_params += model.embedding.numel();  // the tied head runs twice
+      attention_layers += 1;
+    }
+    const double attn_per_token = 3.0 * 2 * 2 * kBenchAttention.n_heads * kBenchAttention.head_dim_for(kBenchDims.d_model) * (kDocLen + 1) / 2.0;
+    f.model_gflop = (6.0 * static_cast<double>(matrix_params) + attention_layers * attn_per_token) * kBatch * kSeq * 1e-9;
+    std::printf("%-7s step %.1f ms, %.0f tokens/s, %.1f GFLOP/step useful, %.1f GFLOP/s, loss %.4f\n\n", name,
+                f.seconds * 1e3, f.tokens_per_s, f.model_gflop, f.model_gflop / f.seconds, f.loss);
+    return f;
+  }
+};
+
+template <class Model>
+StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
+  StepBench<Model> b;
+  const auto t = bench::time_interleaved({{name, [&] { b.step(); }}}, args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  return b.figures(t[0].median_s, name);
 }
 }  // namespace
 
@@ -86,16 +110,26 @@ int main(int argc, char** argv) {
   const bench::BenchArgs args = bench::parse_args(argc, argv);
   bench::print_system_info("train_step",
                            "fp32, V 8192, d 512, 4 layers, 8/2 heads, T 1024, B 4, 8 documents per row, AdamW; "
-                           "dense pattern \"A\" and hybrid \"AAM\"",
+                           "dense pattern \"A\", dense + MTP depth 1 (lambda 0.3) and hybrid \"AAM\"",
                            args);
   const double gemm = gemm_gflops(args);
   std::printf("Cpu::gemm 2048^3: %.1f GFLOP/s (the MFU denominator)\n\n", gemm);
-  const StepFigures dense = time_steps<DenseModel>(args, "dense");
+  // dense and dense + MTP round-robin, so the overhead ratio sees the same machine state
+  StepBench<DenseModel> dense_bench;
+  StepBench<MtpModel> mtp_bench;
+  const auto t = bench::time_interleaved({{"dense", [&] { dense_bench.step(); }}, {"mtp", [&] { mtp_bench.step(); }}},
+                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  const StepFigures dense = dense_bench.figures(t[0].median_s, "dense");
+  const StepFigures mtp = mtp_bench.figures(t[1].median_s, "mtp");
   const StepFigures hybrid = time_steps<HybridModel>(args, "aam");
   const double mfu = dense.model_gflop / dense.seconds / gemm;
+  const double mtp_overhead = mtp.seconds / dense.seconds - 1.0;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
               dense.tokens_per_s, mfu, hybrid.tokens_per_s, hybrid.model_gflop / hybrid.seconds / gemm);
+  std::printf("dense + MTP depth 1: %.0f tokens/s, step +%.1f%% over dense (target <= 25%%; useful FLOPs +%.1f%%)\n",
+              mtp.tokens_per_s, 100.0 * mtp_overhead, 100.0 * (mtp.model_gflop / dense.model_gflop - 1.0));
   bench::JsonLine("train_step").add("tokens_per_s_dense", dense.tokens_per_s, 1).add("mfu_dense", mfu, 3)
+      .add("tokens_per_s_mtp", mtp.tokens_per_s, 1).add("mtp_step_overhead", mtp_overhead, 3)
       .add("tokens_per_s_aam", hybrid.tokens_per_s, 1).add("gemm_gflops", gemm, 1).print();
   return 0;
 }

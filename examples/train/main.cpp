@@ -65,6 +65,12 @@ int parse_and_train(int argc, char** argv) {
       ("lr_final_ratio", po::value(&o.lr_final_ratio)->default_value(o.lr_final_ratio, shown_default(o.lr_final_ratio)), "LR multiplier reached at the last step")
       ("weight_decay", po::value(&o.weight_decay)->default_value(o.weight_decay, shown_default(o.weight_decay)), "decoupled weight decay of 2-D matrices")
       ("max_grad_norm", po::value(&o.max_grad_norm)->default_value(o.max_grad_norm, shown_default(o.max_grad_norm)), "clip the global gradient norm to this");
+  po::options_description mtp("Multi-token prediction (models with MTP: tiny_mtp; docs/mtp.md)");
+  mtp.add_options()
+      ("mtp_weight", po::value(&o.mtp_weight)->default_value(-1, "0.3"), "MTP loss weight lambda until --mtp_switch_tokens (0: no MTP compute)")
+      ("mtp_weight_final", po::value(&o.mtp_weight_final)->default_value(-1, "0.1"), "MTP loss weight lambda from --mtp_switch_tokens on")
+      ("mtp_switch_tokens", po::value(&o.mtp_switch_tokens)->default_value(-1, "10/14.8 of the run"),
+       "tokens seen at which lambda steps to --mtp_weight_final (DeepSeek-V3: 10T of 14.8T)");
   po::options_description sample("Sample printed at the end");
   sample.add_options()
       ("sample_tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens), "tokens to generate (0: none)")
@@ -80,7 +86,7 @@ int parse_and_train(int argc, char** argv) {
       ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
   po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
                                   "Usage: megacpp-train [options]   (no options: the tiny model on the built-in corpus)");
-  visible.add(run).add(batch).add(optim_opts).add(sample);
+  visible.add(run).add(batch).add(optim_opts).add(mtp).add(sample);
   po::options_description all;
   all.add(visible).add(debug);
   po::variables_map vm;

@@ -4,7 +4,9 @@
 // group's scheduled learning rate), "grad_norm", "tokens", "tokens_per_s", "elapsed_s" (since the
 // process started training), "time" (Unix seconds)} for training steps, with "loss" and
 // "grad_norm" null on a step that had no learned target, and {"step", "val_loss", "val_bpb",
-// "elapsed_s", "time"} for evaluations.
+// "elapsed_s", "time"} for evaluations. "loss" is the next-token loss; a model with MTP adds
+// "mtp_weight" (lambda of the step) and, when lambda > 0, "mtp_loss" (the MTP cross-entropy before
+// lambda; the step minimised loss + lambda mtp_loss).
 // On resume the log is cut back to the checkpoint's step first, so steps a killed run logged
 // after its last checkpoint are not counted twice. loss.svg plots both series against the step
 // (write_loss_plot below).

@@ -38,6 +38,10 @@ decltype(auto) with_model(const std::string& name, F&& f) {
     return f(std::type_identity<TinyModel>{},
              ModelDefaults{"tiny", "\"AAM\" d64 x3, 4/1 heads, vocab 264 (~0.2M params): the default run", 16, 4096,
                            8192, 300, 20, 50, 16384});
+  if (name == "tiny_mtp")
+    return f(std::type_identity<TinyMtpLM<float, Cpu>>{},
+             ModelDefaults{"tiny_mtp", "the tiny model + MTP depth 1 (lambda 0.3 -> 0.1, docs/mtp.md)", 16, 4096, 8192, 300,
+                           20, 50, 16384});
   if (name == "cmake100m")
     return f(std::type_identity<CMake100M<float, Cpu>>{},
              ModelDefaults{"cmake100m", "\"AAM\" d10 (640 x 10), vocab 65536: CMake specialist", 1, 8192, 524288, 10000,
@@ -50,15 +54,15 @@ decltype(auto) with_model(const std::string& name, F&& f) {
     return f(std::type_identity<Production877M<float, Cpu>>{},
              ModelDefaults{"production877m", "\"AAM\" d24 (1536 x 24), vocab 65536: production target", 1, 8192, 524288,
                            40000, 500, 250, 1 << 20});
-  fail("megacpp-train", "unknown model \"", name, "\": choose tiny, cmake100m, generator400m or production877m");
+  fail("megacpp-train", "unknown model \"", name, "\": choose tiny, tiny_mtp, cmake100m, generator400m or production877m");
 }
 
 /// The names with_model accepts, for --help.
-inline const char* model_names() { return "tiny | cmake100m | generator400m | production877m"; }
+inline const char* model_names() { return "tiny | tiny_mtp | cmake100m | generator400m | production877m"; }
 
 /// True when with_model knows `name`.
 inline bool is_model_name(const std::string& name) {
-  return name == "tiny" || name == "cmake100m" || name == "generator400m" || name == "production877m";
+  return name == "tiny" || name == "tiny_mtp" || name == "cmake100m" || name == "generator400m" || name == "production877m";
 }
 
 }  // namespace megacpp::examples

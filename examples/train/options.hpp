@@ -18,6 +18,7 @@
 #include "common/cli.hpp"
 #include "megacpp/optim.hpp"
 #include "megacpp/train/curriculum.hpp"
+#include "megacpp/train/mtp_schedule.hpp"
 #include "models.hpp"
 
 namespace megacpp::examples {
@@ -44,6 +45,9 @@ struct TrainOptions {
   double weight_decay = 0.0;         ///< decoupled weight decay of 2-D matrices
   double max_grad_norm = 1.0;        ///< global gradient-norm clip
   bool fim_mask = true;              ///< mask the context targets of FIM documents
+  double mtp_weight = -1;            ///< MTP lambda before the switch (-1: 0.3; models with MTP only)
+  double mtp_weight_final = -1;      ///< MTP lambda from the switch on (-1: 0.1)
+  std::int64_t mtp_switch_tokens = -1;  ///< tokens seen at the switch (-1: 10/14.8 of the run, DeepSeek-V3)
   std::int64_t eval_every = 0;       ///< steps between validation passes
   std::int64_t val_tokens = 0;       ///< tokens per validation pass
   std::int64_t save_every = 0;       ///< steps between checkpoints (0: only at the end)
@@ -67,7 +71,8 @@ struct TrainOptions {
             {"warmup_steps", warmup_steps}, {"lr_schedule", lr_schedule}, {"lr_decay_steps", lr_decay_steps},
             {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
             {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
-            {"fim_mask", fim_mask}};
+            {"fim_mask", fim_mask}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
+            {"mtp_switch_tokens", mtp_switch_tokens}};
   }
 };
 
@@ -106,6 +111,9 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_real(t, "lr_scalar", o.lr_scalar, 0, huge);
   check_real(t, "weight_decay", o.weight_decay, 0, huge);
   check_real(t, "max_grad_norm", o.max_grad_norm, 0, huge, /*open_lo=*/true);
+  if (has("mtp_weight")) check_real(t, "mtp_weight", o.mtp_weight, 0, huge);
+  if (has("mtp_weight_final")) check_real(t, "mtp_weight_final", o.mtp_weight_final, 0, huge);
+  if (has("mtp_switch_tokens")) check_range(t, "mtp_switch_tokens", o.mtp_switch_tokens, 0, kMaxTokens);
   check_range(t, "plateau_steps", o.plateau_steps, 0, kMaxSteps, "0: never warn");
   check_range(t, "sample_tokens", o.sample_tokens, 0, kMaxTokens);
   check_real(t, "temperature", o.temperature, 0, 1e6);
@@ -119,6 +127,7 @@ struct RunPlan {
   CurriculumPhase phase;
   index_t seq_len = 0, micro_batch = 0, accumulation = 0;
   std::int64_t total_batch_size = 0, steps = 0, warmup_steps = 0, decay_steps = 0, eval_every = 0, val_tokens = 0;
+  MtpWeightSchedule mtp;  ///< lambda by tokens seen (models with an MTP module)
 };
 
 /// The options as the run uses them (recorded in state.json): every "model default" sentinel of
@@ -171,6 +180,14 @@ RunPlan make_plan(const TrainOptions& o, const ModelDefaults& d) {
   p.val_tokens = o.val_tokens > 0 ? o.val_tokens : d.val_tokens;
   check_flag(o.stop_at_step <= p.steps, t, "stop_at_step", o.stop_at_step, " is past the run's last step ", p.steps,
              " (--steps)");
+  // MTP lambda: a step from --mtp_weight to --mtp_weight_final at --mtp_switch_tokens (docs/mtp.md)
+  const bool mtp_flags = o.mtp_weight >= 0 || o.mtp_weight_final >= 0 || o.mtp_switch_tokens >= 0;
+  check_flag(Model::has_mtp || !mtp_flags, t, o.mtp_weight >= 0 ? "mtp_weight" : o.mtp_weight_final >= 0 ? "mtp_weight_final" : "mtp_switch_tokens",
+             "is set but the model \"", o.model, "\" has no MTP module (train tiny_mtp for multi-token prediction)");
+  const std::int64_t run_tokens = p.steps * p.total_batch_size;
+  p.mtp = MtpWeightSchedule::deepseek_v3(run_tokens, o.mtp_weight >= 0 ? o.mtp_weight : 0.3,
+                                         o.mtp_weight_final >= 0 ? o.mtp_weight_final : 0.1);
+  if (o.mtp_switch_tokens >= 0) p.mtp.switch_tokens = o.mtp_switch_tokens;
   check_flag(o.top_k <= Model::dims.vocab, t, "top_k", o.top_k, " exceeds the model's vocabulary of ", Model::dims.vocab);
   // The sample is prompt (BOS + its bytes) + sample_tokens long and must fit the model's context.
   const auto prompt_tokens = static_cast<std::int64_t>(o.prompt.size()) + 1;

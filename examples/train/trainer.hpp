@@ -49,10 +49,33 @@ struct EvalResult {
   double loss = 0, bits_per_byte = 0;
 };
 
+/// Sets the MTP weight lambda of `model` for as long as it lives, then restores it (nothing for
+/// a model without MTP).
 template <class Model>
-EvalResult evaluate(const Model& model, const std::vector<fs::path>& shards, const RunPlan& p,
+class ScopedMtpWeight {
+ public:
+  ScopedMtpWeight(Model& model, double lambda) : model_(model) {
+    if constexpr (Model::has_mtp) {
+      saved_ = model.mtp.weight();
+      model.mtp.set_weight(lambda);
+    }
+  }
+  ~ScopedMtpWeight() {
+    if constexpr (Model::has_mtp) model_.mtp.set_weight(saved_);
+  }
+  ScopedMtpWeight(const ScopedMtpWeight&) = delete;
+  ScopedMtpWeight& operator=(const ScopedMtpWeight&) = delete;
+
+ private:
+  Model& model_;
+  double saved_ = 0;
+};
+
+template <class Model>
+EvalResult evaluate(Model& model, const std::vector<fs::path>& shards, const RunPlan& p,
                     const data::ShardMetadata& meta) {
   NoGrad no_grad;
+  const ScopedMtpWeight<Model> next_token_only(model, 0.0);  // validation is the next-token loss alone
   data::ShardLoader val(shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size));
   const index_t per_batch = p.micro_batch * p.seq_len;
   index_t available = 0;  // evaluate each validation token at most once
@@ -199,6 +222,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     const double lr_scale = schedule(step);
     opt.set_lr_scale(lr_scale);
     opt.set_muon_momentum(momentum(step));
+    // MTP lambda by tokens seen before this step (docs/mtp.md); 0 skips the module's compute
+    const double mtp_weight = Model::has_mtp ? p.mtp(state.tokens_seen) : 0.0;
+    if constexpr (Model::has_mtp) model.mtp.set_weight(mtp_weight);
     const auto ts = Clock::now();
     // The step's loss is the mean over every learned target of the global batch: micro-batch i
     // weighs count_i / total (FIM context is masked, so counts differ, and a micro-batch inside
@@ -212,20 +238,27 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       for (const float m : batches.back().loss_mask_host) counts.back() += m;
       total += counts.back();
     }
-    double loss_sum = 0;
+    double loss_sum = 0, mtp_sum = 0;  // next-token and MTP losses, weighted like the micro-batches
+    bool mtp_computed = false;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
       const double weight = total > 0 ? counts[static_cast<std::size_t>(micro)] / total : 0.0;
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
-      const auto loss = model.loss(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
+      const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
+      const auto& loss = terms.total;  // what is differentiated: main + lambda * MTP
       const double value = loss.item();
       if (!std::isfinite(value))
         return diverged(number, megacpp::detail::concat("training loss is ", std::isnan(value) ? "NaN" : "infinite",
                                                " (micro-batch ", micro + 1, " of ", p.accumulation,
                                                "); non-finite parameters before the step: ",
                                                list_names(non_finite_values(params, /*gradients=*/false))));
-      loss_sum += weight * value;
+      loss_sum += weight * (terms.aux.empty() ? value : static_cast<double>(terms.main.item()));
+      for (const auto& aux : terms.aux)
+        if (aux.name == "mtp") {
+          mtp_sum += weight * static_cast<double>(aux.loss.item());
+          mtp_computed = true;
+        }
       backward(weight != 1.0 ? scale(loss, weight) : loss);
     }
     // A global batch with no learned target at all (possible only with tiny batches inside one
@@ -263,6 +296,10 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
                              {"tokens_per_s", static_cast<double>(p.total_batch_size) / seconds},
                              {"elapsed_s", std::chrono::duration<double>(now - run_start).count()},
                              {"time", unix_seconds()}};
+    if constexpr (Model::has_mtp) {
+      record["mtp_weight"] = mtp_weight;
+      if (mtp_computed) record["mtp_loss"] = mtp_sum;
+    }
     const std::int64_t same = total > 0 ? plateau.observe(loss) : 0;
     if (o.plateau_steps > 0 && same >= o.plateau_steps) {
       record["constant_loss_steps"] = same;

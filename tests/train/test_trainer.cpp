@@ -250,3 +250,56 @@ TEST_CASE("trainer: a step with no learned target logs a null loss, and the plot
   CHECK(null_losses == 3);
   CHECK(fs::exists(runs / "fim" / "loss.svg"));
 }
+
+TEST_CASE("trainer: tiny_mtp logs the MTP loss and lambda, steps lambda at --mtp_switch_tokens, resumes bitwise",
+          "[trainer][mtp]") {
+  Corpus corpus;
+  TempDir runs;
+  // 8 steps of 128 tokens: lambda 0.3 for the steps taken before 512 tokens were seen, then 0.1
+  const std::vector<std::string> mtp{"--model", "tiny_mtp", "--mtp_switch_tokens", "512"};
+  const auto straight = run(kTrain, small_run(corpus.dir.path, runs / "mtp", mtp), runs, "mtp.log");
+  INFO(straight.output);
+  REQUIRE(straight.exit_code == 0);
+  CHECK_THAT(straight.output, Catch::Contains("mtp: ") && Catch::Contains("MTP depth 1"));
+  std::ifstream metrics(runs / "mtp" / "metrics.jsonl");
+  std::string line;
+  std::vector<double> weights, mtp_losses;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    REQUIRE(j.contains("mtp_weight"));
+    REQUIRE(j.contains("mtp_loss"));
+    weights.push_back(j["mtp_weight"].get<double>());
+    mtp_losses.push_back(j["mtp_loss"].get<double>());
+  }
+  CHECK(weights == std::vector<double>{0.3, 0.3, 0.3, 0.3, 0.1, 0.1, 0.1, 0.1});
+  REQUIRE(mtp_losses.size() == 8);
+  CHECK(mtp_losses.front() > 3.0);  // about log(264) at the start
+  CHECK(mtp_losses.back() < mtp_losses.front());
+
+  // the schedule is a function of tokens seen: a split run is the same run, bit for bit
+  REQUIRE(run(kTrain, small_run(corpus.dir.path, runs / "split", [&] {
+                auto a = mtp;
+                a.insert(a.end(), {"--stop_at_step", "3"});
+                return a;
+              }()), runs, "a.log").exit_code == 0);
+  auto resumed = mtp;
+  resumed.push_back("--resume");
+  REQUIRE(run(kTrain, small_run(corpus.dir.path, runs / "split", resumed), runs, "b.log").exit_code == 0);
+  CHECK(megacpp::testing::file_bytes(resolve_checkpoint(runs / "mtp") / "model.safetensors") ==
+        megacpp::testing::file_bytes(resolve_checkpoint(runs / "split") / "model.safetensors"));
+
+  // lambda 0 throughout: no MTP compute, so no "mtp_loss"; a model without MTP refuses the flags
+  const auto off = run(kTrain, small_run(corpus.dir.path, runs / "off", {"--model", "tiny_mtp", "--mtp_weight", "0",
+                                                                        "--mtp_weight_final", "0", "--steps", "3"}),
+                       runs, "off.log");
+  REQUIRE(off.exit_code == 0);
+  CHECK(megacpp::testing::file_bytes(runs / "off" / "metrics.jsonl").find("mtp_loss") == std::string::npos);
+  const auto refused = run(kTrain, small_run(corpus.dir.path, runs / "o", {"--mtp_weight", "0.3"}), runs, "no.log");
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("--mtp_weight") && Catch::Contains("has no MTP module"));
+  const auto negative = run(kTrain, small_run(corpus.dir.path, runs / "o", {"--model", "tiny_mtp", "--mtp_weight=-0.5"}),
+                            runs, "neg.log");
+  CHECK(negative.exit_code == 2);
+  CHECK_THAT(negative.output, Catch::Contains("--mtp_weight") && Catch::Contains("-0.5"));
+}

@@ -5,7 +5,8 @@
 //   h   = RMSNorm(x_L)
 //   loss = CE(softcap_30(h E^T), targets, loss_mask)  head tied to E (Gemma 2's final-logit
 //          + sum_i w_i aux_i                          softcap), fused: logits never materialised;
-//                                                    plus the blocks' auxiliary losses, if any
+//                                                    plus the blocks' auxiliary losses, if any,
+//                                                    and lambda * the MTP loss (MtpDepth1, mtp.hpp)
 // doc_ids and positions are derived once per batch (DocumentLayout::from_tokens) and handed to
 // every block. Every size is in the type: LM<float, Cpu, Dims{...}, Pattern<"AAM">, Letters<...>>,
 // the shared sizes in Dims and each letter's own in its Letters entry.
@@ -37,6 +38,7 @@
 #include "megacpp/nn/aux_loss.hpp"
 #include "megacpp/nn/block.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
+#include "megacpp/nn/model/mtp.hpp"
 #include "megacpp/nn/model/pattern.hpp"
 #include "megacpp/autograd/module.hpp"
 
@@ -58,8 +60,9 @@ constexpr bool letters_are_factories(std::index_sequence<I...>) {
 }
 }  // namespace detail
 
-/// A causal language model whose block sequence is fixed at compile time.
-template <class T, Backend B, Dims D, class PatternT, class LettersT, class HeadCap = HeadSoftcap<30>>
+/// A causal language model whose block sequence is fixed at compile time. MtpT adds a
+/// multi-token-prediction module (MtpDepth1<'A'>, nn/model/mtp.hpp); NoMtp is the model without.
+template <class T, Backend B, Dims D, class PatternT, class LettersT, class HeadCap = HeadSoftcap<30>, class MtpT = NoMtp>
 struct LM {
   static_assert(validate_dims<D>());
   static_assert(detail::letters_are_factories<T, B, D, PatternT, LettersT>(std::make_index_sequence<PatternT::size>{}),
@@ -79,6 +82,9 @@ struct LM {
   /// Block type of layer I.
   template <std::size_t I>
   using block_type = typename block_factory<I>::type;
+  static constexpr bool has_mtp = MtpT::enabled;  ///< true when the model holds an MTP module
+  /// The MTP module's type (an empty struct for NoMtp).
+  using mtp_type = typename MtpT::template module<T, B, D, LettersT>;
   /// The loss terms of one forward pass.
   struct Losses {
     V total;                                               ///< main + sum_i weight_i * aux_i
@@ -102,6 +108,7 @@ struct LM {
   Blocks blocks;          ///< one block per layer, types from the pattern
   double norm_eps = 1e-6;  ///< eps of the final RMSNorm
   LinearCrossEntropyOptions head{HeadCap::cap, 1024};  ///< fused head options (softcap, chunk rows)
+  [[no_unique_address]] mtp_type mtp;  ///< the MTP module (its weight() is lambda); empty for NoMtp
 
   /// Standard deviation of the embedding's initial entries: 2.5 / d_model. Why: every block's
   /// output projection starts at zero, so at step 0 the final hidden state is RMSNorm(E[t]) and
@@ -118,6 +125,8 @@ struct LM {
     Rng rng(seed);
     embedding = Param<T, B>::normal(Shape{D.vocab, D.d_model}, Role::embedding, rng, kEmbeddingStd);
     init_blocks(rng, std::make_index_sequence<D.n_layers>{});
+    // drawn after the trunk: a seed gives the same trunk with or without MTP
+    if constexpr (has_mtp) mtp = mtp_type(rng, [](Rng& r) { return MtpT::template factory<T, B, D, LettersT>::make(r); });
   }
 
   /// The pattern string ("AAM") and the letter of each layer.
@@ -150,12 +159,17 @@ struct LM {
   }
 
   /// The loss terms: mean next-token loss over tokens with loss_mask != 0 (fused head; logits
-  /// never whole), every auxiliary loss the blocks added, and their weighted total.
+  /// never whole), every auxiliary loss the blocks added, the MTP loss ("mtp", weight lambda;
+  /// not computed at all when lambda is 0), and their weighted total.
   Losses losses(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
                 const Tensor<T, B>& loss_mask, const DocumentLayout<B>& docs) const {
     AuxLosses<T, B> aux;
     const V h = hidden(input_ids, docs, &aux);
     V main = linear_cross_entropy(h, embedding.var, targets, loss_mask, head);
+    if constexpr (has_mtp) {
+      if (mtp.weight() > 0)
+        aux.add("mtp", mtp.loss(h, embedding.var, targets, loss_mask, docs, norm_eps, head), mtp.weight());
+    }
     V total = aux.add_to(main);
     return {std::move(total), std::move(main), aux.entries()};
   }
@@ -209,11 +223,12 @@ struct LM {
     return cross_entropy_per_token(logits(rmsnorm(last_block_output, norm_eps)), targets);
   }
 
-  /// Visits "embedding.weight" then "blocks.<i>.<...>" for every parameter.
+  /// Visits "embedding.weight", "blocks.<i>.<...>" for every parameter, then "mtp.<...>".
   template <class Visitor>
   void for_each_param(Visitor&& visit, const std::string& prefix = "") {
     visit(child_name(prefix, "embedding.weight"), embedding);
     visit_blocks(visit, prefix, std::make_index_sequence<D.n_layers>{});
+    if constexpr (has_mtp) mtp.for_each_param(visit, child_name(prefix, "mtp"));
   }
 
   /// Applies f(layer_index, block) to every block.
@@ -241,6 +256,7 @@ struct LM {
     std::string seen;
     for (std::size_t i = 0; i < PatternT::size; ++i) seen += PatternT::letter(i);
     describe_letters(os, seen, std::make_index_sequence<PatternT::size>{});
+    if constexpr (has_mtp) os << "; MTP depth 1 (block of letter " << MtpT::letter << ")";
     return os.str();
   }
 
@@ -271,7 +287,7 @@ struct LM {
   template <class F>
   int for_each_rotary_mixer(F&& f) {
     int changed = 0;
-    for_each_block([&](std::size_t, auto& block) {
+    const auto visit = [&](std::size_t, auto& block) {
       using Block = std::decay_t<decltype(block)>;
       if constexpr (Block::has_mixer && RotaryMixer<decltype(block.mixer)>) {
         if (block.mixer.uses_rope()) {
@@ -279,7 +295,9 @@ struct LM {
           ++changed;
         }
       }
-    });
+    };
+    for_each_block(visit);
+    if constexpr (has_mtp) visit(static_cast<std::size_t>(D.n_layers), mtp.block);  // the MTP block follows the phases too
     return changed;
   }
 

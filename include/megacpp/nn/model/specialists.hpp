@@ -36,6 +36,9 @@ inline constexpr Dims k877MDims{.d_model = 1536, .n_layers = 24, .vocab = 65536}
 
 /// Tiny "AAM" hybrid (tests, the default training run).
 template <class T, Backend B> using TinyLM = RecipeLM<T, B, kTinyDims, "AAM", kTinyAttention, kTinyMamba>;
+/// The tiny hybrid with multi-token prediction of depth 1 (its block: the 'A' letter's).
+template <class T, Backend B>
+using TinyMtpLM = LM<T, B, kTinyDims, Pattern<"AAM">, RecipeLetters<kTinyAttention, kTinyMamba>, HeadSoftcap<30>, MtpDepth1<'A'>>;
 /// 100M CMake specialist, "AAM": 10 heads (2 kv heads), reference Mamba-3 sizes.
 template <class T, Backend B> using CMake100M = RecipeLM<T, B, k100MDims, "AAM", AttentionSizes{.n_heads = 10}>;
 /// 400M C++ generator, "AAM": 16 heads (4 kv heads), reference Mamba-3 sizes.
