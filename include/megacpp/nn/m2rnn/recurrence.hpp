@@ -222,7 +222,6 @@ inline M2RNNGeometry check_m2rnn_inputs(const char* who, const Shape& q, const S
 template <class T, Backend B>
 Var<T, B> m2rnn_recurrence(const Var<T, B>& q, const Var<T, B>& k, const Var<T, B>& v, const Var<T, B>& f,
                            const Var<T, B>& W, const DocumentLayout<B>& docs, double gradient_clipping = 0.0) {
-  static_assert(std::is_floating_point_v<T>, "megacpp_m2rnn_float_state: the M2RNN recurrence runs in float or double");
   M2RNNGeometry g = detail::check_m2rnn_inputs("m2rnn_recurrence", q.shape(), k.shape(), v.shape(), f.shape(), W.shape(),
                                                docs.batch, docs.seq);
   check(gradient_clipping >= 0, "m2rnn_recurrence", "gradient_clipping must be >= 0 (0 = none), got ", gradient_clipping);

@@ -193,10 +193,10 @@ struct M2RNNLetter {
   /// The block recipe for element type T, backend B and shared sizes D.
   template <class T, class B, Dims D>
   struct factory {
-    static_assert(S.heads >= 0 && S.k_head_dim > 0 && S.v_head_dim > 0 && S.mlp_hidden >= 0,
-                  "megacpp_dims_m2rnn: k_head_dim and v_head_dim must be positive, heads and mlp_hidden >= 0 (0 = default)");
-    static_assert(S.conv_kernel >= 1 && S.conv_kernel <= 16,
-                  "megacpp_dims_m2rnn_conv: M2RNNSizes::conv_kernel must be in [1, 16] (the causal conv1d's widths)");
+    static_assert(S.heads >= 0 && S.k_head_dim > 0 && S.v_head_dim > 0 && S.mlp_hidden >= 0 && S.conv_kernel >= 1 &&
+                      S.conv_kernel <= kMaxConv1dWidth,
+                  "megacpp_dims_m2rnn: M2RNNSizes needs k_head_dim, v_head_dim > 0, heads and mlp_hidden >= 0 (0 = default) "
+                  "and conv_kernel in [1, 16] (the causal conv1d's widths)");
     using type = Block<M2RNN<T, B>>;  ///< the block this letter builds
     /// The M2RNN configuration derived from S and D.
     static M2RNNConfig config() {
