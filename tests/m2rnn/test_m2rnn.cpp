@@ -316,3 +316,28 @@ TEST_CASE("M2RNN: bad input gives megacpp::Error with the values", "[m2rnn][erro
   CHECK_THROWS_WITH(m2rnn_recurrence(q, q, v, f, random_param({2, 2, 2}, 4), docs, -1.0),
                     Contains("gradient_clipping must be >= 0 (0 = none), got -1"));
 }
+
+TEST_CASE("RecipeLM \"AMR\": step_logits through the R block's decode cache equals the full forward", "[m2rnn][model][decode]") {
+  HybridAMR model(71);
+  randomise_matrices(model, 72);
+  const MaskingBatch data(static_cast<std::int32_t>(kHybridDims.vocab));
+  const index_t batch = data.batch, seq = data.seq, vocab = kHybridDims.vocab;
+  NoGrad no_grad;
+  const auto full = model.logits(model.hidden(CpuTensor<std::int32_t>::from_host({batch, seq}, data.ids),
+                                              HybridAMR::documents(data.ids, batch, seq, MaskingBatch::bos)))
+                        .value()
+                        .to_host();  // (batch, seq, vocab)
+  auto cache = model.make_cache(batch, seq);
+  double worst = 0;
+  for (index_t t = 0; t < seq; ++t) {
+    const std::vector<std::int32_t> tokens{data.ids[static_cast<std::size_t>(t)], data.ids[static_cast<std::size_t>(seq + t)]};
+    const auto step = model.step_logits(tokens, cache, MaskingBatch::bos).value().to_host();  // (batch, vocab)
+    for (index_t b = 0; b < batch; ++b) {
+      const auto first = full.begin() + (b * seq + t) * vocab;
+      worst = std::max(worst, max_rel_diff(std::vector<double>(step.begin() + b * vocab, step.begin() + (b + 1) * vocab),
+                                           std::vector<double>(first, first + vocab)));
+    }
+  }
+  INFO("step_logits vs full forward: max relative logit difference " << worst);
+  CHECK(worst < 1e-10);
+}
