@@ -54,7 +54,7 @@ std::vector<double> reference_recurrence(const std::vector<double>& q, const std
   return y;
 }
 
-// Tiny layers for the fp64 checks: d_model 4, 2 heads, K = 3, V = 2, conv width 3.
+// Tiny layers for the fp64 checks: d_model 4, 2 heads, K = 3, V = 2, conv width 3, a state kept every 4 tokens.
 M2RNNConfig tiny_config() {
   M2RNNConfig c;
   c.d_model = 4;
@@ -62,6 +62,7 @@ M2RNNConfig tiny_config() {
   c.k_head_dim = 3;
   c.v_head_dim = 2;
   c.conv_kernel = 3;
+  c.checkpoint_every = 4;  // chunk boundaries inside the tests' documents
   return c;
 }
 
@@ -117,6 +118,29 @@ TEST_CASE("m2rnn_recurrence: gradcheck of q, k, v, f and W in fp64 across docume
   std::vector<V64> in{random_param({B, T, H, K}, 1), random_param({B, T, H, K}, 2), random_param({B, T, H, V}, 3),
                       random_param({B, T, H}, 4), random_param({H, V, V}, 5, 0.7)};
   require_gradcheck("m2rnn_recurrence", [&](auto& x) { return m2rnn_recurrence(x[0], x[1], x[2], sigmoid(x[3]), x[4], docs); }, in);
+  // checkpoints every 2 tokens: chunk boundaries inside documents and on document starts
+  require_gradcheck("m2rnn_recurrence, checkpoint_every 2",
+                    [&](auto& x) { return m2rnn_recurrence(x[0], x[1], x[2], sigmoid(x[3]), x[4], docs, 0.0, 2); }, in);
+}
+
+TEST_CASE("m2rnn_recurrence: the backward's gradients do not depend on checkpoint_every (bitwise)", "[m2rnn][op]") {
+  const index_t B = 2, T = 11, H = 2, K = 3, V = 2;
+  const Docs docs = docs_for({{4, 7}, {2, 1, 8}});
+  auto grads = [&](index_t every) {
+    std::vector<V64> in{random_param({B, T, H, K}, 1), random_param({B, T, H, K}, 2), random_param({B, T, H, V}, 3),
+                        random_param({B, T, H}, 4), random_param({H, V, V}, 5, 0.7)};
+    const auto y = m2rnn_recurrence(in[0], in[1], in[2], sigmoid(in[3]), in[4], docs, 0.0, every);
+    Rng rng(9);
+    backward(sum(mul(y, V64(randn<double, Cpu>(y.shape(), rng)))));
+    std::vector<std::vector<double>> g;
+    for (const auto& x : in) g.push_back(x.grad().to_host());
+    return g;
+  };
+  const auto all_states = grads(1);
+  for (index_t every : {2, 3, 4, 64}) {
+    INFO("checkpoint_every " << every);
+    CHECK(grads(every) == all_states);
+  }
 }
 
 TEST_CASE("m2rnn_recurrence: gradient clipping bounds the state gradient; a bound never reached changes nothing",
@@ -295,6 +319,9 @@ TEST_CASE("M2RNN: bad input gives megacpp::Error with the values", "[m2rnn][erro
   c.A_init_min = 5;
   c.A_init_max = 2;
   CHECK_THROWS_WITH((Layer(c, rng)), Contains("need 0 <= A_init_min <= A_init_max and A_init_max > 0, got 5, 2"));
+  c = tiny_config();
+  c.checkpoint_every = 0;
+  CHECK_THROWS_WITH((Layer(c, rng)), Contains("checkpoint_every must be >= 1, got 0"));
   c = tiny_config();
   c.gradient_clipping = -1;
   CHECK_THROWS_WITH((Layer(c, rng)), Contains("gradient_clipping must be >= 0 (0 = none), got -1"));

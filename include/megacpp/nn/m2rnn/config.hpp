@@ -26,6 +26,7 @@ struct M2RNNConfig {
   double dt_max = 0.1;             ///< upper end of dt at init
   double dt_init_floor = 1e-4;     ///< dt at init is at least this
   double gradient_clipping = 0.0;  ///< clamp the state gradient to [-c, c] in the backward; 0: exact BPTT
+  index_t checkpoint_every = 64;   ///< training keeps the state every this many tokens and recomputes the rest
   double norm_eps = 1e-5;          ///< eps of the RMSNorm before out_proj
   bool zero_init_out_proj = true;  ///< zero out_proj at init (residual branch starts as identity, as the Mamba mixers)
 
@@ -47,6 +48,7 @@ struct M2RNNConfig {
           "need 0 <= A_init_min <= A_init_max and A_init_max > 0, got ", A_init_min, ", ", A_init_max);
     check(dt_min > 0 && dt_max >= dt_min && dt_init_floor > 0, who, "need 0 < dt_min <= dt_max and dt_init_floor > 0, got ",
           dt_min, ", ", dt_max, ", ", dt_init_floor);
+    check(checkpoint_every >= 1, who, "checkpoint_every must be >= 1, got ", checkpoint_every);
     check(gradient_clipping >= 0, who, "gradient_clipping must be >= 0 (0 = none), got ", gradient_clipping);
     check(norm_eps > 0, who, "norm_eps must be positive, got ", norm_eps);
   }

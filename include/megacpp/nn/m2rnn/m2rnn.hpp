@@ -122,7 +122,7 @@ struct M2RNN {
     const V k = reshape(slice(qkv, -1, H * K, 2 * H * K), Shape{batch, seq, H, K});
     const V v = reshape(slice(qkv, -1, 2 * H * K, C), Shape{batch, seq, H, Vd});
     const V f = decay(slice(proj, -1, C, C + H));
-    const V y = m2rnn_recurrence(q, k, v, f, state_weight.var, docs, config.gradient_clipping) + v * D.var;
+    const V y = m2rnn_recurrence(q, k, v, f, state_weight.var, docs, config.gradient_clipping, config.checkpoint_every) + v * D.var;
     return output(reshape(y, Shape{batch, seq, config.inner()}), slice(proj, -1, C + H, C + H + config.inner()));
   }
 

@@ -21,8 +21,11 @@
 //   df_t   = <G, H_{t-1} - Z_t>              dA = (1 - f_t) G (1 - Z_t^2)      (A = H_{t-1} W + k v^T)
 //   dk_t   = dA v_t       dv_t = dA^T k_t    dW += H_{t-1}^T dA
 //   G_{t-1} = f_t G + dA W^T                 (zero across a document start: H_{t-1} was reset)
-// The forward saves every H_t (batch, seq, heads, K, V) for the backward, which recomputes Z_t
-// from H_{t-1} (one V x V product per token, as the forward) rather than storing it.
+// The forward saves the state entering every chunk of `checkpoint_every` tokens (batch, heads,
+// chunks, K, V), not every H_t; the backward recomputes a chunk's states from its checkpoint, then
+// walks the chunk backwards, recomputing Z_t from H_{t-1} (the reference's Triton backward does the
+// same with its bwd_chunk_size, 64 by default). Memory: 1 / checkpoint_every of all states, for one
+// more forward's work.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +47,9 @@ namespace megacpp {
 struct M2RNNGeometry {
   index_t batch = 0, seq = 0, heads = 0, k_dim = 0, v_dim = 0;
   double gradient_clipping = 0;  ///< clamp of the state gradient in the backward; 0: none
+  index_t checkpoint_every = 64;  ///< tokens per saved state (the backward recomputes the rest)
+  /// Saved states per (row, head): ceil(seq / checkpoint_every).
+  index_t chunks() const { return (seq + checkpoint_every - 1) / checkpoint_every; }
 };
 
 namespace m2rnn_reference {
@@ -70,11 +76,11 @@ void recurrence_step(index_t K, index_t V, T* state, const T* q, const T* k, con
   }
 }
 
-/// The whole recurrence on host arrays; `states` (batch, seq, heads, K, V) receives every H_t when
-/// not null (the backward's input).
+/// The whole recurrence on host arrays; `checkpoints` (batch, heads, chunks, K, V) receives, when
+/// not null, the state H_{t-1} entering each chunk's first token t (before any document reset).
 template <class T>
 void forward_host(const M2RNNGeometry& g, const std::int32_t* doc_ids, const T* q, const T* k, const T* v, const T* f,
-                  const T* W, T* y, T* states) {
+                  const T* W, T* y, T* checkpoints) {
   const index_t H = g.heads, K = g.k_dim, V = g.v_dim, items = g.batch * H;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static)
@@ -83,11 +89,12 @@ void forward_host(const M2RNNGeometry& g, const std::int32_t* doc_ids, const T* 
     const index_t b = item / H, h = item % H;
     std::vector<T> state(static_cast<std::size_t>(K * V)), row(static_cast<std::size_t>(V));
     for (index_t t = 0; t < g.seq; ++t) {
+      if (checkpoints && t % g.checkpoint_every == 0)
+        std::copy(state.begin(), state.end(), checkpoints + (item * g.chunks() + t / g.checkpoint_every) * K * V);
       if (kernels::starts_document(doc_ids + b * g.seq, t)) std::fill(state.begin(), state.end(), T(0));
       const index_t bth = (b * g.seq + t) * H + h;
       recurrence_step<T>(K, V, state.data(), q + bth * K, k + bth * K, v + bth * V, f[bth], W + h * V * V, y + bth * V,
                          row.data());
-      if (states) std::copy(state.begin(), state.end(), states + bth * K * V);
     }
   }
 }
@@ -96,7 +103,7 @@ void forward_host(const M2RNNGeometry& g, const std::int32_t* doc_ids, const T* 
 /// (every element); dW (heads, V, V) is written as the sum over rows, added in row order.
 template <class T>
 void backward_host(const M2RNNGeometry& g, const std::int32_t* doc_ids, const T* q, const T* k, const T* v, const T* f,
-                   const T* W, const T* states, const T* dy, T* dq, T* dk, T* dv, T* df, T* dW) {
+                   const T* W, const T* checkpoints, const T* dy, T* dq, T* dk, T* dv, T* df, T* dW) {
   const index_t H = g.heads, K = g.k_dim, V = g.v_dim, items = g.batch * H;
   const T clip = static_cast<T>(g.gradient_clipping);
   // One dW per (row, head), summed over rows afterwards in a fixed order: deterministic.
@@ -108,13 +115,28 @@ void backward_host(const M2RNNGeometry& g, const std::int32_t* doc_ids, const T*
     const index_t b = item / H, h = item % H;
     const T* Wh = W + h * V * V;
     T* dWi = dW_items.data() + item * V * V;
+    const index_t C = g.checkpoint_every;
     std::vector<T> G(static_cast<std::size_t>(K * V), T(0)), G_prev(G.size()), dA(G.size()), zero(G.size(), T(0)),
-        Z(static_cast<std::size_t>(V));
+        Z(static_cast<std::size_t>(V)), y_unused(static_cast<std::size_t>(V)),
+        chunk_states(static_cast<std::size_t>(std::min(C, g.seq) * K * V));  // H_t for the chunk's tokens
     for (index_t t = g.seq - 1; t >= 0; --t) {
+      const index_t t0 = t - t % C;
+      const T* entering = checkpoints + (item * g.chunks() + t0 / C) * K * V;  // H_{t0 - 1}
+      if (t == g.seq - 1 || t % C == C - 1) {
+        // recompute the chunk's states from its checkpoint, with the forward's resets
+        std::copy(entering, entering + K * V, chunk_states.begin());
+        for (index_t s = t0; s <= t; ++s) {
+          T* Hs = chunk_states.data() + (s - t0) * K * V;
+          if (s > t0) std::copy(Hs - K * V, Hs, Hs);
+          if (kernels::starts_document(doc_ids + b * g.seq, s)) std::fill(Hs, Hs + K * V, T(0));
+          const index_t bsh = (b * g.seq + s) * H + h;
+          recurrence_step<T>(K, V, Hs, q + bsh * K, k + bsh * K, v + bsh * V, f[bsh], Wh, y_unused.data(), Z.data());
+        }
+      }
       const bool first = kernels::starts_document(doc_ids + b * g.seq, t);
       const index_t bth = (b * g.seq + t) * H + h;
-      const T* Ht = states + bth * K * V;
-      const T* Hp = first ? zero.data() : states + (bth - H) * K * V;  // H_{t-1}: token t - 1, same head
+      const T* Ht = chunk_states.data() + (t - t0) * K * V;
+      const T* Hp = first ? zero.data() : (t == t0 ? entering : Ht - K * V);  // H_{t-1}
       const T* dyt = dy + bth * V;
       const T* qt = q + bth * K;
       const T* kt = k + bth * K;
@@ -203,7 +225,7 @@ void add_host_gradient(const Var<T, B>& x, const std::vector<T>& g) {
 inline M2RNNGeometry check_m2rnn_inputs(const char* who, const Shape& q, const Shape& k, const Shape& v, const Shape& f,
                                         const Shape& W, index_t doc_batch, index_t doc_seq) {
   check(q.rank() == 4, who, "q must be (batch, seq, heads, K), got ", q);
-  M2RNNGeometry g{q[0], q[1], q[2], q[3], 0, 0};
+  M2RNNGeometry g{q[0], q[1], q[2], q[3], 0, 0, 64};
   check(v.rank() == 4 && v[0] == g.batch && v[1] == g.seq && v[2] == g.heads, who, "v must be (", g.batch, ", ", g.seq, ", ",
         g.heads, ", V), got ", v);
   g.v_dim = v[3];
@@ -218,14 +240,17 @@ inline M2RNNGeometry check_m2rnn_inputs(const char* who, const Shape& q, const S
 
 /// The M2RNN recurrence: y (batch, seq, heads, V) = H_t^T q_t per token and head, with the state
 /// reset at every document start of `docs`. Differentiable in q, k, v, f and W (exact BPTT unless
-/// gradient_clipping > 0).
+/// gradient_clipping > 0); the backward keeps one state per `checkpoint_every` tokens.
 template <class T, Backend B>
 Var<T, B> m2rnn_recurrence(const Var<T, B>& q, const Var<T, B>& k, const Var<T, B>& v, const Var<T, B>& f,
-                           const Var<T, B>& W, const DocumentLayout<B>& docs, double gradient_clipping = 0.0) {
+                           const Var<T, B>& W, const DocumentLayout<B>& docs, double gradient_clipping = 0.0,
+                           index_t checkpoint_every = 64) {
   M2RNNGeometry g = detail::check_m2rnn_inputs("m2rnn_recurrence", q.shape(), k.shape(), v.shape(), f.shape(), W.shape(),
                                                docs.batch, docs.seq);
   check(gradient_clipping >= 0, "m2rnn_recurrence", "gradient_clipping must be >= 0 (0 = none), got ", gradient_clipping);
+  check(checkpoint_every >= 1, "m2rnn_recurrence", "checkpoint_every must be >= 1, got ", checkpoint_every);
   g.gradient_clipping = gradient_clipping;
+  g.checkpoint_every = checkpoint_every;
   const bool needs_grad = grad_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad() ||
                                              f.requires_grad() || W.requires_grad());
   std::vector<std::vector<T>> keep;
@@ -236,8 +261,8 @@ Var<T, B> m2rnn_recurrence(const Var<T, B>& q, const Var<T, B>& k, const Var<T, 
   const T* fh = detail::host_data(f.value(), keep);
   const T* Wh = detail::host_data(W.value(), keep);
   const Shape out_shape{g.batch, g.seq, g.heads, g.v_dim};
-  // every H_t, kept for the backward only: (batch, seq, heads, K, V)
-  auto states = needs_grad ? std::make_shared<std::vector<T>>(static_cast<std::size_t>(g.batch * g.seq * g.heads * g.k_dim * g.v_dim))
+  // the state entering each chunk, kept for the backward only: (batch, heads, chunks, K, V)
+  auto states = needs_grad ? std::make_shared<std::vector<T>>(static_cast<std::size_t>(g.batch * g.heads * g.chunks() * g.k_dim * g.v_dim))
                            : nullptr;
   T* st = states ? states->data() : nullptr;
   Tensor<T, B> y;
