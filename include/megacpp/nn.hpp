@@ -8,6 +8,7 @@
 #include "megacpp/nn/host_view.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
+#include "megacpp/nn/m2rnn.hpp"
 #include "megacpp/nn/mamba.hpp"
 #include "megacpp/nn/mlp.hpp"
 #include "megacpp/nn/model.hpp"

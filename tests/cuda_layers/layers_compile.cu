@@ -24,10 +24,11 @@ static_assert(kernels::AllKernels::implemented_by<Cuda>() ==
 // Every block type and the recipe's model types are complete types for Cuda: their declarations,
 // concepts and compile-time size checks instantiate under nvcc.
 static_assert(Mixer<GQA<float, Cuda>> && Mixer<Mamba3<float, Cuda>> && Mixer<Mamba3<float, Cuda, MIMO<4>>> &&
-              Mixer<Mamba2<float, Cuda>> && FeedForward<MLP<float, Cuda>>);
+              Mixer<Mamba2<float, Cuda>> && Mixer<M2RNN<float, Cuda>> && FeedForward<MLP<float, Cuda>>);
 static_assert(std::is_same_v<TinyLM<float, Cuda>::block_type<2>, Block<Mamba3<float, Cuda>>>);
 static_assert(sizeof(TinyLM<float, Cuda>) > 0 && sizeof(Generator400M<float, Cuda>) > 0);
-static_assert(sizeof(Block<GQA<float, Cuda>>) > 0 && sizeof(Block<Mamba2<float, Cuda>>) > 0);
+static_assert(sizeof(Block<GQA<float, Cuda>>) > 0 && sizeof(Block<Mamba2<float, Cuda>>) > 0 &&
+              sizeof(Block<M2RNN<float, Cuda>>) > 0);
 
 int main() {
   if (!Cuda::device_available()) {

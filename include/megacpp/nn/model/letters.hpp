@@ -4,6 +4,7 @@
 //   AttentionLetter<AttentionSizes{...}>   Block<GQA<T, B>> + MLP<ReLU2>   (softcap 50, RoPE, doc-masked)
 //   Mamba3Letter<MambaSizes{...}, Policy>  Block<Mamba3<T, B, Policy>> + MLP<ReLU2>   (SISO or MIMO<R>)
 //   Mamba2Letter<MambaSizes{...}>          Block<Mamba2<T, B>> + MLP<ReLU2>
+//   M2RNNLetter<M2RNNSizes{...}>           Block<M2RNN<T, B>> + MLP<ReLU2>   (the recurrent tail 'R')
 //
 // A letter's sizes are its own (heads, state size, MLP width); the sizes every block shares are the
 // model's Dims. Sizes are structural types, so they are template arguments and every size is part
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include "megacpp/nn/attention.hpp"
+#include "megacpp/nn/m2rnn.hpp"
 #include "megacpp/nn/mamba.hpp"
 #include "megacpp/nn/model/pattern.hpp"
 
@@ -44,6 +46,17 @@ struct MambaSizes {
   index_t expand = 2;      ///< d_inner / d_model
   index_t chunk_size = 0;  ///< training scan chunk; 0: the layer's default
   index_t mlp_hidden = 0;  ///< the block's MLP width; 0: 4 d_model
+  /// mlp_hidden, or its default 4 d_model.
+  constexpr index_t mlp_width(index_t d_model) const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
+};
+
+/// Sizes of an M2RNN letter (the reference layer's defaults, docs/m2rnn.md).
+struct M2RNNSizes {
+  index_t heads = 0;        ///< recurrent heads; 0: max(1, d_model / k_head_dim)
+  index_t k_head_dim = 64;  ///< K: rows of each head's matrix state
+  index_t v_head_dim = 16;  ///< V: columns of each head's state; W is V x V
+  index_t conv_kernel = 4;  ///< causal conv width over [q, k, v]
+  index_t mlp_hidden = 0;   ///< the block's MLP width; 0: 4 d_model
   /// mlp_hidden, or its default 4 d_model.
   constexpr index_t mlp_width(index_t d_model) const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
 };
@@ -169,6 +182,41 @@ struct Mamba2Letter {
       std::ostringstream os;
       os << "Mamba2 N" << S.d_state << " P" << S.headdim << " x" << S.expand << " mlp " << S.mlp_width(D.d_model);
       if (S.chunk_size) os << " chunk " << S.chunk_size;
+      return os.str();
+    }
+  };
+};
+
+/// Letter 'R' of the recipe, the recurrent tail: pre-norm M2RNN (arXiv 2603.14360) and an MLP<ReLU2>.
+template <M2RNNSizes S>
+struct M2RNNLetter {
+  /// The block recipe for element type T, backend B and shared sizes D.
+  template <class T, class B, Dims D>
+  struct factory {
+    static_assert(S.heads >= 0 && S.k_head_dim > 0 && S.v_head_dim > 0 && S.mlp_hidden >= 0 && S.conv_kernel >= 1 &&
+                      S.conv_kernel <= kMaxConv1dWidth,
+                  "megacpp_dims_m2rnn: M2RNNSizes needs k_head_dim, v_head_dim > 0, heads and mlp_hidden >= 0 (0 = default) "
+                  "and conv_kernel in [1, 16] (the causal conv1d's widths)");
+    using type = Block<M2RNN<T, B>>;  ///< the block this letter builds
+    /// The M2RNN configuration derived from S and D.
+    static M2RNNConfig config() {
+      M2RNNConfig c;
+      c.d_model = D.d_model;
+      c.heads = S.heads;
+      c.k_head_dim = S.k_head_dim;
+      c.v_head_dim = S.v_head_dim;
+      c.conv_kernel = S.conv_kernel;
+      return c;
+    }
+    /// Builds one block, drawing its initial weights from rng.
+    static type make(Rng& rng) {
+      return detail::make_block_with_mlp<M2RNN<T, B>>(config(), D.d_model, S.mlp_width(D.d_model), rng);
+    }
+    /// "M2RNN heads 4 K16 V16 conv 4 mlp 256".
+    static std::string describe() {
+      std::ostringstream os;
+      os << "M2RNN heads " << config().n_heads() << " K" << S.k_head_dim << " V" << S.v_head_dim << " conv " << S.conv_kernel
+         << " mlp " << S.mlp_width(D.d_model);
       return os.str();
     }
   };

@@ -97,7 +97,7 @@ template <char C, class... Ls>
 struct letter_entry<C, Letters<Ls...>> {
   static_assert(Letters<Ls...>::has(C),
                 "megacpp_unknown_pattern_letter: a pattern letter has no block type in this Letters<...> table "
-                "(the recipe's table has A = attention and M = Mamba-3; add Letter<'X', YourBlock> for another, "
+                "(the recipe's table has A = attention, M = Mamba-3 and R = M2RNN; add Letter<'X', YourBlock> for another, "
                 "see docs/extending.md)");
   using type = typename find_letter<C, Ls...>::type;
 };

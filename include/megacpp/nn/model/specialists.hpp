@@ -2,6 +2,7 @@
 //
 // Letter 'A': pre-norm GQA attention block (softcap 50, RoPE, document-masked) + MLP<ReLU2>.
 // Letter 'M': pre-norm Mamba-3 (SISO) block + MLP<ReLU2>.
+// Letter 'R': pre-norm M2RNN block + MLP<ReLU2> (the recurrent tail, docs/m2rnn.md).
 // Sizes: d16 ~400M C++ generator, d24 ~877M production target, d10 100M CMake specialist;
 // depth dN means N layers of width 64 N (nanochat's convention). `summary()` prints the exact
 // parameter counts of each type.
@@ -12,13 +13,13 @@
 
 namespace megacpp {
 
-/// The recipe's letter table: 'A' attention and 'M' Mamba-3, each with its own sizes.
-template <AttentionSizes A, MambaSizes M = MambaSizes{}>
-using RecipeLetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba3Letter<M>>>;
+/// The recipe's letter table: 'A' attention, 'M' Mamba-3 and 'R' M2RNN, each with its own sizes.
+template <AttentionSizes A, MambaSizes M = MambaSizes{}, M2RNNSizes R = M2RNNSizes{}>
+using RecipeLetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba3Letter<M>>, Letter<'R', M2RNNLetter<R>>>;
 
 /// A model of the recipe's family: LM with the recipe's letters.
-template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}>
-using RecipeLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M>>;
+template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}, M2RNNSizes R = M2RNNSizes{}>
+using RecipeLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M, R>>;
 
 /// Tiny hybrid for tests and the default training run (byte vocabulary padded to 264).
 inline constexpr Dims kTinyDims{.d_model = 64, .n_layers = 3, .vocab = 264, .max_seq = 4096};
