@@ -1,5 +1,5 @@
 // bench_train_step: one full training step (forward, backward, AdamW) of the dense reference
-// model and of an "AAM" hybrid of the same width: tokens/s and MFU.
+// model, of an "AAM" hybrid and of an "AEM" MoE hybrid of the same width: tokens/s and MFU.
 //
 // Configuration: V = 8192, d = 512, 4 layers, 8 heads / 2 kv heads, T = 1024, B = 4,
 // 8 documents per row (BOS every 128 tokens), fp32. MFU = model FLOPs per second / the
@@ -21,6 +21,9 @@ inline constexpr AttentionSizes kBenchAttention{.n_heads = 8, .n_kv_heads = 2};
 inline constexpr MambaSizes kBenchMamba{.d_state = 128, .headdim = 64, .expand = 2};
 using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A", kBenchAttention, kBenchMamba>;
 using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM", kBenchAttention, kBenchMamba>;
+// "AEM": attention, an MoE feed-forward layer (8 experts of 4 d / 2, top-2, balance loss), Mamba-3.
+inline constexpr MoESizes kBenchMoE{};
+using MoEModel = RecipeMoELM<float, Cpu, kBenchDims, "AEM", kBenchAttention, kBenchMamba, kBenchMoE>;
 constexpr index_t kBatch = 4, kSeq = 1024, kDocLen = 128;
 constexpr std::int32_t kBos = 0;
 
@@ -69,8 +72,10 @@ StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
   // plus attention: per attention layer and token, 2 products x 2 FLOPs x heads x head_dim x
   // (keys attended = position in document + 1, mean (kDocLen + 1) / 2), times 3 for training.
   index_t matrix_params = 0;
-  model.for_each_param([&](const std::string&, Param<float, Cpu>& p) {
-    if (p.shape().rank() == 2) matrix_params += p.numel();
+  model.for_each_param([&](const std::string& n, Param<float, Cpu>& p) {
+    // an MoE expert's matrix does work for top_k / experts of the tokens
+    const bool expert = n.find(".experts.") != std::string::npos;
+    if (p.shape().rank() == 2) matrix_params += expert ? p.numel() * kBenchMoE.top_k / kBenchMoE.experts : p.numel();
   });
   index_t attention_layers = 0;
   for (index_t l = 0; l < kBenchDims.n_layers; ++l) attention_layers += Model::pattern()[l % std::char_traits<char>::length(Model::pattern())] == 'A';
@@ -86,16 +91,19 @@ int main(int argc, char** argv) {
   const bench::BenchArgs args = bench::parse_args(argc, argv);
   bench::print_system_info("train_step",
                            "fp32, V 8192, d 512, 4 layers, 8/2 heads, T 1024, B 4, 8 documents per row, AdamW; "
-                           "dense pattern \"A\" and hybrid \"AAM\"",
+                           "dense pattern \"A\", hybrid \"AAM\" and MoE hybrid \"AEM\" (8 experts, top-2)",
                            args);
   const double gemm = gemm_gflops(args);
   std::printf("Cpu::gemm 2048^3: %.1f GFLOP/s (the MFU denominator)\n\n", gemm);
   const StepFigures dense = time_steps<DenseModel>(args, "dense");
   const StepFigures hybrid = time_steps<HybridModel>(args, "aam");
+  const StepFigures moe = time_steps<MoEModel>(args, "aem-moe");
   const double mfu = dense.model_gflop / dense.seconds / gemm;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
               dense.tokens_per_s, mfu, hybrid.tokens_per_s, hybrid.model_gflop / hybrid.seconds / gemm);
   bench::JsonLine("train_step").add("tokens_per_s_dense", dense.tokens_per_s, 1).add("mfu_dense", mfu, 3)
-      .add("tokens_per_s_aam", hybrid.tokens_per_s, 1).add("gemm_gflops", gemm, 1).print();
+      .add("tokens_per_s_aam", hybrid.tokens_per_s, 1)
+      .add("tokens_per_s_moe", moe.tokens_per_s, 1)
+      .add("gemm_gflops", gemm, 1).print();
   return 0;
 }
