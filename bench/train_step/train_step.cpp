@@ -1,6 +1,7 @@
 // bench_train_step: one full training step (forward, backward, AdamW) of the dense reference
-// model, of the dense model with multi-token prediction of depth 1 (lambda 0.3, nn/model/mtp.hpp)
-// and of an "AAM" hybrid of the same width: tokens/s, MFU and the MTP step's overhead.
+// model, of the dense model with multi-token prediction of depth 1 (lambda 0.3, nn/model/mtp.hpp),
+// of an "AAM" hybrid and of an "AEM" MoE hybrid of the same width: tokens/s, MFU and the MTP
+// step's overhead.
 //
 // Configuration: V = 8192, d = 512, 4 layers, 8 heads / 2 kv heads, T = 1024, B = 4,
 // 8 documents per row (BOS every 128 tokens), fp32. MFU = model FLOPs per second / the
@@ -25,6 +26,9 @@ using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A", kBenchAttention, kBench
 using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM", kBenchAttention, kBenchMamba>;
 using MtpModel = LM<float, Cpu, kBenchDims, Pattern<"A">, RecipeLetters<kBenchAttention, kBenchMamba>, HeadSoftcap<30>,
                     MtpDepth1<'A'>>;
+// "AEM": attention, an MoE feed-forward layer (8 experts of 4 d / 2, top-2, balance loss), Mamba-3.
+inline constexpr MoESizes kBenchMoE{};
+using MoEModel = RecipeMoELM<float, Cpu, kBenchDims, "AEM", kBenchAttention, kBenchMamba, kBenchMoE>;
 constexpr index_t kBatch = 4, kSeq = 1024, kDocLen = 128;
 constexpr std::int32_t kBos = 0;
 
@@ -81,8 +85,10 @@ struct StepBench {
     f.loss = loss;
     f.tokens_per_s = static_cast<double>(kBatch * kSeq) / f.seconds;
     index_t matrix_params = 0;
-    model.for_each_param([&](const std::string&, Param<float, Cpu>& p) {
-      if (p.shape().rank() == 2) matrix_params += p.numel();
+    model.for_each_param([&](const std::string& n, Param<float, Cpu>& p) {
+      // an MoE expert's matrix does work for top_k / experts of the tokens
+      const bool expert = n.find(".experts.") != std::string::npos;
+      if (p.shape().rank() == 2) matrix_params += expert ? p.numel() * kBenchMoE.top_k / kBenchMoE.experts : p.numel();
     });
     index_t attention_layers = 0;
     for (index_t l = 0; l < kBenchDims.n_layers; ++l) attention_layers += Model::pattern()[l % std::char_traits<char>::length(Model::pattern())] == 'A';
@@ -110,7 +116,8 @@ int main(int argc, char** argv) {
   const bench::BenchArgs args = bench::parse_args(argc, argv);
   bench::print_system_info("train_step",
                            "fp32, V 8192, d 512, 4 layers, 8/2 heads, T 1024, B 4, 8 documents per row, AdamW; "
-                           "dense pattern \"A\", dense + MTP depth 1 (lambda 0.3) and hybrid \"AAM\"",
+                           "dense pattern \"A\", dense + MTP depth 1 (lambda 0.3), hybrid \"AAM\" and MoE hybrid "
+                           "\"AEM\" (8 experts, top-2)",
                            args);
   const double gemm = gemm_gflops(args);
   std::printf("Cpu::gemm 2048^3: %.1f GFLOP/s (the MFU denominator)\n\n", gemm);
@@ -122,6 +129,7 @@ int main(int argc, char** argv) {
   const StepFigures dense = dense_bench.figures(t[0].median_s, "dense");
   const StepFigures mtp = mtp_bench.figures(t[1].median_s, "mtp");
   const StepFigures hybrid = time_steps<HybridModel>(args, "aam");
+  const StepFigures moe = time_steps<MoEModel>(args, "aem-moe");
   const double mfu = dense.model_gflop / dense.seconds / gemm;
   const double mtp_overhead = mtp.seconds / dense.seconds - 1.0;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
@@ -130,6 +138,8 @@ int main(int argc, char** argv) {
               mtp.tokens_per_s, 100.0 * mtp_overhead, 100.0 * (mtp.model_gflop / dense.model_gflop - 1.0));
   bench::JsonLine("train_step").add("tokens_per_s_dense", dense.tokens_per_s, 1).add("mfu_dense", mfu, 3)
       .add("tokens_per_s_mtp", mtp.tokens_per_s, 1).add("mtp_step_overhead", mtp_overhead, 3)
-      .add("tokens_per_s_aam", hybrid.tokens_per_s, 1).add("gemm_gflops", gemm, 1).print();
+      .add("tokens_per_s_aam", hybrid.tokens_per_s, 1)
+      .add("tokens_per_s_moe", moe.tokens_per_s, 1)
+      .add("gemm_gflops", gemm, 1).print();
   return 0;
 }

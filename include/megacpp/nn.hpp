@@ -1,5 +1,5 @@
 // megacpp/nn.hpp: every layer: Linear, MLP, the block and its concepts, auxiliary losses, attention,
-// Mamba-3 / Mamba-2, the fused linear + cross-entropy head, and whole-model composition.
+// Mamba-3 / Mamba-2, mixture-of-experts, the fused linear + cross-entropy head, and whole-model composition.
 #pragma once
 
 #include "megacpp/nn/attention.hpp"
@@ -12,3 +12,4 @@
 #include "megacpp/nn/mamba.hpp"
 #include "megacpp/nn/mlp.hpp"
 #include "megacpp/nn/model.hpp"
+#include "megacpp/nn/moe.hpp"

@@ -8,6 +8,7 @@
 #include "megacpp/core/kernels/causal_conv1d.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
 #include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/kernels/grouped_gemm.hpp"
 #include "megacpp/core/kernels/kernel.hpp"
 #include "megacpp/core/kernels/registry.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"

@@ -7,6 +7,7 @@
 #include "megacpp/nn/model/lm.hpp"
 #include "megacpp/nn/model/masking_check.hpp"
 #include "megacpp/nn/model/mtp.hpp"
+#include "megacpp/nn/model/moe_letter.hpp"
 #include "megacpp/nn/model/pattern.hpp"
 #include "megacpp/nn/model/sampling.hpp"
 #include "megacpp/nn/model/specialists.hpp"

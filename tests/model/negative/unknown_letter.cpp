@@ -1,4 +1,5 @@
-// Must not compile: pattern letter 'E' (MoE) has no block type in the recipe's letter table yet.
+// Must not compile: pattern letter 'E' (MoE) has no block type in the A/M table RecipeLetters (it
+// is in RecipeMoELetters).
 // Expected diagnostic: megacpp_unknown_pattern_letter.
 #include "megacpp/megacpp.hpp"
 

@@ -3,6 +3,7 @@
 // Letter 'A': pre-norm GQA attention block (softcap 50, RoPE, document-masked) + MLP<ReLU2>.
 // Letter 'M': pre-norm Mamba-3 (SISO) block + MLP<ReLU2>.
 // Letter 'R': pre-norm M2RNN block + MLP<ReLU2> (the recurrent tail, docs/m2rnn.md).
+// Letter 'E' (RecipeMoELetters): pre-norm MoE feed-forward, no mixer (docs/moe.md).
 // Sizes: d16 ~400M C++ generator, d24 ~877M production target, d10 100M CMake specialist;
 // depth dN means N layers of width 64 N (nanochat's convention). `summary()` prints the exact
 // parameter counts of each type.
@@ -10,6 +11,7 @@
 
 #include "megacpp/nn/model/letters.hpp"
 #include "megacpp/nn/model/lm.hpp"
+#include "megacpp/nn/model/moe_letter.hpp"
 
 namespace megacpp {
 
@@ -21,12 +23,23 @@ using RecipeLetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba
 template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}, M2RNNSizes R = M2RNNSizes{}>
 using RecipeLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M, R>>;
 
+/// The recipe's letter table with 'E' = MoELetter<E, Routing> beside 'A' and 'M'.
+template <AttentionSizes A, MambaSizes M, MoESizes E, class Routing = SoftmaxTopK>
+using RecipeMoELetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba3Letter<M>>, Letter<'E', MoELetter<E, Routing>>>;
+
+/// A model of the recipe's family with MoE layers ('E').
+template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M, MoESizes E, class Routing = SoftmaxTopK>
+using RecipeMoELM = LM<T, B, D, Pattern<P>, RecipeMoELetters<A, M, E, Routing>>;
+
 /// Tiny hybrid for tests and the default training run (byte vocabulary padded to 264).
 inline constexpr Dims kTinyDims{.d_model = 64, .n_layers = 3, .vocab = 264, .max_seq = 4096};
 /// The tiny model's attention: 4 query heads over 1 kv head of 16.
 inline constexpr AttentionSizes kTinyAttention{.n_heads = 4, .n_kv_heads = 1};
 /// The tiny model's Mamba-3: d_inner 128 in 4 heads of 32, N = 16.
 inline constexpr MambaSizes kTinyMamba{.d_state = 16, .headdim = 32, .expand = 2};
+
+/// The tiny MoE layer: 4 experts of 128 (4 d_model / top_k), top-2.
+inline constexpr MoESizes kTinyMoE{.experts = 4, .top_k = 2};
 
 /// 100M CMake specialist (d10, 65,536 vocabulary).
 inline constexpr Dims k100MDims{.d_model = 640, .n_layers = 10, .vocab = 65536};
@@ -40,6 +53,8 @@ template <class T, Backend B> using TinyLM = RecipeLM<T, B, kTinyDims, "AAM", kT
 /// The tiny hybrid with multi-token prediction of depth 1 (its block: the 'A' letter's).
 template <class T, Backend B>
 using TinyMtpLM = LM<T, B, kTinyDims, Pattern<"AAM">, RecipeLetters<kTinyAttention, kTinyMamba>, HeadSoftcap<30>, MtpDepth1<'A'>>;
+/// Tiny "AEM" MoE hybrid (tests, bench/train_step): attention, an MoE layer, Mamba-3.
+template <class T, Backend B> using TinyMoELM = RecipeMoELM<T, B, kTinyDims, "AEM", kTinyAttention, kTinyMamba, kTinyMoE>;
 /// 100M CMake specialist, "AAM": 10 heads (2 kv heads), reference Mamba-3 sizes.
 template <class T, Backend B> using CMake100M = RecipeLM<T, B, k100MDims, "AAM", AttentionSizes{.n_heads = 10}>;
 /// 400M C++ generator, "AAM": 16 heads (4 kv heads), reference Mamba-3 sizes.

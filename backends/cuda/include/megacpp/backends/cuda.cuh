@@ -135,4 +135,35 @@ struct SoftcapCrossEntropy<Cuda> {
   }
 };
 
+/// The MoE experts' grouped product as one cuBLAS GEMM per non-empty group, issued in order on
+/// the backend's stream (the groups' sizes are host data). Compiled and linked by the CUDA
+/// build; not yet run on a GPU. A grouped kernel (CUTLASS grouped GEMM, DeepGEMM's contiguous
+/// layout) is the CUDA issue's.
+template <>
+struct GroupedGemm<Cuda> {
+  static constexpr bool available = true;
+  template <class T>
+  static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a) {
+    for (index_t g = 0; g < p.groups; ++g) {
+      const index_t row0 = p.offsets[g], rows = p.offsets[g + 1] - row0;
+      if (rows == 0) continue;
+      cuda::gemm<T>(GemmArgs::dense(false, true, rows, p.n, p.k), T(1), a.x + row0 * p.k, a.w + g * p.n * p.k, T(0),
+                    a.y + row0 * p.n);
+    }
+  }
+  template <class T>
+  static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a, const GroupedGemmGrads<T>& d) {
+    for (index_t g = 0; g < p.groups; ++g) {
+      const index_t row0 = p.offsets[g], rows = p.offsets[g + 1] - row0;
+      if (rows == 0) continue;
+      if (d.dx)
+        cuda::gemm<T>(GemmArgs::dense(false, false, rows, p.k, p.n), T(1), d.dy + row0 * p.n, a.w + g * p.n * p.k, T(1),
+                      d.dx + row0 * p.k);
+      if (d.dw)
+        cuda::gemm<T>(GemmArgs::dense(true, false, p.n, p.k, rows), T(1), d.dy + row0 * p.n, a.x + row0 * p.k, T(1),
+                      d.dw + g * p.n * p.k);
+    }
+  }
+};
+
 }  // namespace megacpp::kernels

@@ -9,6 +9,7 @@
 ///   SsmRotary<Cpu>             detail/ssm/rotary.hpp
 ///   CausalConv1d<Cpu>          detail/ssm/conv1d.hpp
 ///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
+///   GroupedGemm<Cpu>           detail/grouped_gemm.hpp
 #pragma once
 
 #include "megacpp/backends/cpu.hpp"
@@ -16,6 +17,7 @@
 #define MEGACPP_CPU_BACKEND_INTERNAL
 #include "megacpp/backends/cpu/detail/attention/backward.hpp"
 #include "megacpp/backends/cpu/detail/attention/forward.hpp"
+#include "megacpp/backends/cpu/detail/grouped_gemm.hpp"
 #include "megacpp/backends/cpu/detail/ssm/backward.hpp"
 #include "megacpp/backends/cpu/detail/ssm/conv1d.hpp"
 #include "megacpp/backends/cpu/detail/ssm/forward.hpp"
@@ -122,10 +124,27 @@ struct SoftcapCrossEntropy<Cpu> {
   }
 };
 
+/// The CPU grouped expert GEMM: (group, tile) pieces of every group scheduled together.
+template <>
+struct GroupedGemm<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// y_g = x_g w_g^T for every group.
+  template <class T>
+  static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a) {
+    cpu::grouped::forward<T>(p, a.x, a.w, a.y);
+  }
+  /// dx_g += dy_g w_g, dw_g += dy_g^T x_g (either may be null).
+  template <class T>
+  static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a, const GroupedGemmGrads<T>& g) {
+    if (g.dx) cpu::grouped::backward_input<T>(p, g.dy, a.w, g.dx);
+    if (g.dw) cpu::grouped::backward_weight<T>(p, g.dy, a.x, g.dw);
+  }
+};
+
 }  // namespace megacpp::kernels
 
 namespace megacpp {
-static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true},
+static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true},
               "megacpp_cpu_backend_implements_every_kernel: the CPU backend is the reference and must implement every "
               "contract in megacpp/core/kernels/registry.hpp");
 }  // namespace megacpp

@@ -1,0 +1,236 @@
+// The MoE layer and its parts: the grouped product against per-group products and across thread
+// counts, gradchecks in double (router and routing weights, the grouped product, the whole layer
+// under both routing policies), deterministic top-k ties, balancing, bad input.
+#include "support/op_testing.hpp"
+
+#include <omp.h>
+
+#include <numeric>
+
+#include "megacpp/nn/moe.hpp"
+
+using namespace megacpp;
+using Catch::Matchers::Contains;
+
+namespace {
+// 8 groups of uneven size, two empty.
+const std::vector<index_t> kOffsets{0, 3, 3, 10, 11, 11, 24, 26, 31};
+
+template <class T>
+std::vector<T> grouped_forward(const CpuTensor<T>& x, const CpuTensor<T>& w) {
+  NoGrad no_grad;
+  return grouped_matmul(Var<T, Cpu>(x), Var<T, Cpu>(w), kOffsets).value().to_host();
+}
+
+template <class T, class Routing>
+MoE<T, Cpu, Routing> live_moe(const MoEConfig& c, std::uint64_t seed) {
+  Rng rng(seed);
+  MoE<T, Cpu, Routing> moe(c, rng);
+  for (auto& e : moe.experts) e.proj.weight.var.mutable_value().assign(randn<T, Cpu>(e.proj.weight.shape(), rng, 0.3));
+  return moe;
+}
+}  // namespace
+
+TEST_CASE("grouped_matmul: each group is its own product, bitwise on 1 and 2 threads", "[moe][grouped_gemm]") {
+  Rng rng(1);
+  const index_t K = 70, N = 130;  // wider than a tile both ways
+  const auto x = randn<float, Cpu>({31, K}, rng), w = randn<float, Cpu>({8, N, K}, rng);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<float> one = grouped_forward(x, w);
+  omp_set_num_threads(2);
+  const std::vector<float> two = grouped_forward(x, w);
+  omp_set_num_threads(saved);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  // group g against matmul(x_g, w_g^T) on the same backend: the same packed kernel, the same bits
+  for (index_t g = 0; g < 8; ++g) {
+    const index_t r0 = kOffsets[g], rows = kOffsets[g + 1] - r0;
+    if (rows == 0) continue;
+    NoGrad no_grad;
+    const auto xg = slice(Var<float, Cpu>(x), 0, r0, r0 + rows);
+    const auto wg = reshape(slice(Var<float, Cpu>(w), 0, g, g + 1), Shape{N, K});
+    const std::vector<float> ref = matmul(xg, wg, false, true).value().to_host();
+    CHECK(std::memcmp(ref.data(), one.data() + r0 * N, ref.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("grouped_matmul: gradcheck in double with empty and uneven groups", "[moe][grouped_gemm][gradcheck]") {
+  Rng rng(2);
+  std::vector<Var<double, Cpu>> in{Var<double, Cpu>::parameter(randn<double, Cpu>({31, 6}, rng)),
+                                   Var<double, Cpu>::parameter(randn<double, Cpu>({8, 5, 6}, rng))};
+  const auto r = gradcheck<Cpu>([](const auto& v) { return grouped_matmul(v[0], v[1], kOffsets); }, in);
+  INFO(r.report);
+  CHECK(r.ok);
+}
+
+TEST_CASE("grouped_matmul: a bad group layout is refused with its values", "[moe][grouped_gemm][errors]") {
+  const auto x = Var<double, Cpu>(CpuTensor<double>::zeros({4, 3})), w = Var<double, Cpu>(CpuTensor<double>::zeros({2, 5, 3}));
+  CHECK_THROWS_WITH(grouped_matmul(x, w, {0, 4}), Contains("needs 3 offsets (groups + 1), got 2"));
+  CHECK_THROWS_WITH(grouped_matmul(x, w, {0, 3, 2}), Contains("group 1 has negative size: offsets 3 then 2"));
+  CHECK_THROWS_WITH(grouped_matmul(x, w, {0, 1, 3}), Contains("covers 3 rows but x has 4"));
+  CHECK_THROWS_WITH(grouped_matmul(x, w, {1, 2, 4}), Contains("must start at 0, got 1"));
+}
+
+TEST_CASE("top-k ties go to the lower expert index", "[moe][routing]") {
+  const std::vector<float> equal(6, 0.25f);
+  std::vector<std::int32_t> out(3);
+  top_k_experts(equal.data(), nullptr, 6, 3, 0, out.data());
+  CHECK(out == std::vector<std::int32_t>{0, 1, 2});
+  const std::vector<float> scores{0.1f, 0.7f, 0.3f, 0.7f, 0.3f};
+  std::vector<std::int32_t> two(3);
+  top_k_experts(scores.data(), nullptr, 5, 3, 0, two.data());
+  CHECK(two == std::vector<std::int32_t>{1, 3, 2});  // 0.7 at 1 and 3, then 0.3 at 2 before 4
+  const std::vector<double> bias{0, 0, 0, 0, 0.5};
+  top_k_experts(scores.data(), bias.data(), 5, 1, 0, two.data());
+  CHECK(two[0] == 4);
+  const std::vector<float> nan{0.f, std::numeric_limits<float>::quiet_NaN()};
+  CHECK_THROWS_WITH(top_k_experts(nan.data(), nullptr, 2, 1, 7, two.data()), Contains("score of token 7 for expert 1"));
+
+  // A zero router scores every expert the same: every token goes to experts 0 and 1, both policies.
+  MoEConfig c{.d_model = 8, .experts = 4, .top_k = 2, .expert_hidden = 4};
+  Rng rng(3);
+  for (int policy = 0; policy < 2; ++policy) {
+    auto check_zero_router = [&](auto moe) {
+      moe.router.proj.weight.var.mutable_value().assign(CpuTensor<float>::zeros({4, 8}));
+      moe.forward(Var<float, Cpu>(randn<float, Cpu>({5, 8}, rng)));
+      const std::vector<index_t>& load = moe.last_load().tokens_per_expert;
+      REQUIRE(load.size() == 4);
+      CHECK(load[0] == 5);
+      CHECK(load[1] == 5);
+      CHECK(load[2] == 0);
+      CHECK(load[3] == 0);
+      CHECK(moe.last_load().max_fraction() == 0.5);
+      CHECK(moe.last_load().min_fraction() == 0.0);
+    };
+    if (policy == 0) check_zero_router(MoE<float, Cpu, SoftmaxTopK>(c, rng));
+    else check_zero_router(MoE<float, Cpu, SigmoidBiasTopK>(c, rng));
+  }
+}
+
+TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[moe][dispatch]") {
+  // 3 tokens, k 2, 4 experts: token 0 -> (2, 0), token 1 -> (0, 3), token 2 -> (2, 3)
+  const DispatchPlan p = DispatchPlan::sort({2, 0, 0, 3, 2, 3}, 3, 2, 4);
+  CHECK(p.offsets == std::vector<index_t>{0, 2, 2, 4, 6});
+  CHECK(p.token_of_row == std::vector<std::int32_t>{0, 1, 0, 2, 1, 2});
+  CHECK(p.slot_of_row == std::vector<std::int32_t>{1, 2, 0, 4, 3, 5});
+  CHECK(p.row_of_slot == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});  // slot 0 of tokens 0..2, then slot 1
+}
+
+TEST_CASE("MoE: gradcheck in double of the router and routing weights", "[moe][gradcheck]") {
+  const MoEConfig c{.d_model = 6, .experts = 4, .top_k = 2, .expert_hidden = 5};
+  Rng rng(4);
+  const auto x = Var<double, Cpu>::parameter(randn<double, Cpu>({7, 6}, rng));
+  SECTION("softmax top-k: gates and the balance loss") {
+    auto moe = live_moe<double, SoftmaxTopK>(c, 5);
+    const auto r = gradcheck<Cpu>([&](const auto& v) { return moe.forward(v[0]); }, {x, moe.router.proj.weight.var});
+    INFO(r.report);
+    CHECK(r.ok);
+    const auto balance = gradcheck<Cpu>([&](const auto&) {
+      AuxLosses<double, Cpu> aux;
+      moe.forward(x, aux);
+      return aux.entries().at(0).loss;
+    }, {x, moe.router.proj.weight.var});
+    INFO(balance.report);
+    CHECK(balance.ok);
+  }
+  SECTION("sigmoid + bias top-k") {
+    auto moe = live_moe<double, SigmoidBiasTopK>(c, 6);
+    moe.routing.bias = {0.3, -0.2, 0.0, 0.1};
+    const auto r = gradcheck<Cpu>([&](const auto& v) { return moe.forward(v[0]); }, {x, moe.router.proj.weight.var});
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("MoE: gradcheck in double of the whole layer, both policies, shared expert", "[moe][gradcheck]") {
+  const MoEConfig c{.d_model = 6, .experts = 4, .top_k = 2, .expert_hidden = 5, .shared_experts = 1};
+  Rng rng(7);
+  const auto x = Var<double, Cpu>::parameter(randn<double, Cpu>({2, 4, 6}, rng));
+  auto layer_inputs = [&](auto& moe) {
+    moe.shared.proj.weight.var.mutable_value().assign(randn<double, Cpu>(moe.shared.proj.weight.shape(), rng, 0.3));
+    std::vector<Var<double, Cpu>> in{x, moe.router.proj.weight.var};
+    for (auto& e : moe.experts) {
+      in.push_back(e.fc.weight.var);
+      in.push_back(e.proj.weight.var);
+    }
+    in.push_back(moe.shared.fc.weight.var);
+    return in;
+  };
+  auto softmax_moe = live_moe<double, SoftmaxTopK>(c, 8);
+  const auto a = gradcheck<Cpu>([&](const auto& v) { return softmax_moe.forward(v[0]); }, layer_inputs(softmax_moe));
+  INFO(a.report);
+  CHECK(a.ok);
+  auto sigmoid_moe = live_moe<double, SigmoidBiasTopK>(c, 9);
+  const auto b = gradcheck<Cpu>([&](const auto& v) { return sigmoid_moe.forward(v[0]); }, layer_inputs(sigmoid_moe));
+  INFO(b.report);
+  CHECK(b.ok);
+}
+
+TEST_CASE("MoE: the balance loss is E sum_e f_e P_e, added with the layer's weight", "[moe][routing]") {
+  MoEConfig c{.d_model = 8, .experts = 4, .top_k = 1, .expert_hidden = 4, .aux_loss_weight = 0.25};
+  Rng rng(10);
+  MoE<double, Cpu, SoftmaxTopK> moe(c, rng);
+  const auto x = Var<double, Cpu>(randn<double, Cpu>({9, 8}, rng));
+  AuxLosses<double, Cpu> aux;
+  moe.forward(x, aux);
+  REQUIRE(aux.entries().size() == 1);
+  CHECK(aux.entries()[0].name == "balance");
+  CHECK(aux.entries()[0].weight == 0.25);
+  // the same from the definition
+  const std::vector<double> p = softmax(moe.router.forward(x)).value().to_host();
+  double expected = 0;
+  for (index_t e = 0; e < 4; ++e) {
+    double P = 0;
+    for (index_t t = 0; t < 9; ++t) P += p[t * 4 + e] / 9;
+    expected += static_cast<double>(moe.last_load().tokens_per_expert[e]) / 9 * P;
+  }
+  CHECK(aux.entries()[0].loss.item() == Approx(4 * expected).epsilon(1e-12));
+  // weight 0 skips it; the sigmoid policy has none
+  moe.config.aux_loss_weight = 0;
+  AuxLosses<double, Cpu> none;
+  moe.forward(x, none);
+  CHECK(none.empty());
+}
+
+TEST_CASE("SigmoidBiasTopK: the bias update moves the load toward balance", "[moe][routing][balance]") {
+  SigmoidBiasTopK rule;
+  rule.reset(4);
+  MoELoad load{{10, 2, 2, 2}, 16};  // mean 4
+  rule.update_bias(load, 0.1);
+  CHECK(rule.bias == std::vector<double>{-0.1, 0.1, 0.1, 0.1});
+  CHECK_THROWS_WITH(rule.update_bias(load, -1), Contains("gamma -1 must be >= 0"));
+
+  // A router that prefers expert 0 for every token: repeated updates pull the load toward 1/E.
+  MoEConfig c{.d_model = 8, .experts = 4, .top_k = 1, .expert_hidden = 4};
+  Rng rng(11);
+  MoE<float, Cpu, SigmoidBiasTopK> moe(c, rng);
+  std::vector<float> w = moe.router.proj.weight.value().to_host();
+  for (index_t i = 0; i < 8; ++i) w[i] += 2.0f;  // expert 0's row: every feature votes for it
+  moe.router.proj.weight.var.mutable_value().assign(CpuTensor<float>::from_host({4, 8}, w));
+  const auto x = Var<float, Cpu>(add_scalar(Var<float, Cpu>(rand_uniform<float, Cpu>({64, 8}, rng, 0.0, 1.0)), 0.5));
+  moe.forward(x);
+  const double before = moe.last_load().max_fraction();
+  for (int step = 0; step < 60; ++step) {
+    moe.update_bias(0.05);
+    moe.forward(x);
+  }
+  INFO("max fraction before " << before << ", after " << moe.last_load().max_fraction());
+  CHECK(before > 0.9);
+  CHECK(moe.last_load().max_fraction() < 0.5);
+  CHECK(moe.routing.bias[0] < 0);
+}
+
+TEST_CASE("MoE: bad sizes are refused with their values", "[moe][errors]") {
+  Rng rng(12);
+  auto make = [&](MoEConfig c) { return MoE<float, Cpu>(c, rng); };
+  CHECK_THROWS_WITH(make({.d_model = 8, .experts = 4, .top_k = 5}), Contains("top_k must be in [1, experts = 4], got 5"));
+  CHECK_THROWS_WITH(make({.d_model = 8, .experts = 4, .top_k = 0}), Contains("top_k must be in [1, experts = 4], got 0"));
+  CHECK_THROWS_WITH(make({.d_model = 8, .experts = 0, .top_k = 1}), Contains("experts must be >= 1, got 0"));
+  CHECK_THROWS_WITH(make({.d_model = 8, .experts = 4, .top_k = 2, .expert_hidden = -3}),
+                    Contains("expert_hidden must be positive, got -3"));
+  CHECK_THROWS_WITH(make({.d_model = 0, .experts = 4, .top_k = 2}), Contains("d_model must be positive, got 0"));
+  CHECK_THROWS_WITH(make({.d_model = 8, .experts = 4, .top_k = 2, .aux_loss_weight = -1}),
+                    Contains("aux_loss_weight must be >= 0, got -1"));
+  const auto moe = make({.d_model = 8, .experts = 4, .top_k = 2});
+  CHECK_THROWS_WITH(moe.forward(Var<float, Cpu>(CpuTensor<float>::zeros({3, 7}))), Contains("must end in d_model 8"));
+}
