@@ -178,6 +178,18 @@ class ReDoTracker {
   const std::vector<LayerStats>& layers() const { return state_->layers; }
   /// The options.
   const ReDoOptions& options() const { return state_->options; }
+  /// Replaces layer i's statistics (a resumed run restores what its checkpoint saved).
+  void restore(std::size_t i, std::vector<double> ema, index_t history) {
+    check(i < state_->layers.size(), "redo", "no attached layer ", i, " (", state_->layers.size(), " attached)");
+    check(history >= 0 && (history == 0 || !ema.empty()), "redo", "layer '", state_->layers[i].prefix,
+          "': history ", history, " with ", ema.size(), " units");
+    state_->layers[i].ema = std::move(ema);
+    state_->layers[i].history = history;
+  }
+  /// Recycle passes so far: each pass draws fresh rows (seeded by it), so a resumed run restores it.
+  std::uint64_t passes() const { return state_->recycles; }
+  /// Sets the recycle pass count (a resumed run restores what its checkpoint saved).
+  void set_passes(std::uint64_t n) { state_->recycles = n; }
   /// True when every attached layer has min_history recorded passes.
   bool ready() const {
     for (const LayerStats& l : state_->layers)
