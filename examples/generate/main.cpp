@@ -38,7 +38,7 @@ struct GenerateOptions {
 };
 
 template <class Model>
-int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state) {
+int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state, const ModelDefaults& d) {
   const std::string type_id = Model::type_id();
   const SampleCodec codec(kTool, o.tokenizer, o.special_tokens, state.shards);
   check(codec.available(), kTool, dir.string(), " was trained on BPE shards (", state.shards.tokenizer_hash,
@@ -55,8 +55,14 @@ int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& stat
         "], the registry's \"", state.model, "\" is [", type_id, "]");
   Model model(0);
   io::load_model(dir / "model.safetensors", model, type_id);
-  // The checkpoint's phase decides the RoPE base the weights were trained with.
-  enter_phase(model, recipe_phase(state.phase));
+  // The checkpoint's phase decides the RoPE base (and in phase 3 the YaRN extension, which depends
+  // on the row length) the weights were trained with.
+  const CurriculumPhase& phase = recipe_phase(state.phase);
+  const index_t trained_seq_len = state.options.contains("seq_len") && state.options["seq_len"].is_number_integer() &&
+                                          state.options["seq_len"].get<index_t>() > 0
+                                      ? state.options["seq_len"].get<index_t>()
+                                      : phase.seq_len / d.seq_len_divisor;
+  enter_phase(model, phase, trained_seq_len);
   const std::int32_t bos = state.shards.special.bos, eos = state.shards.special.eos;
   const SamplingOptions so{o.temperature, o.top_k};
   std::fputs(o.prompt.c_str(), stdout);
@@ -112,8 +118,8 @@ int parse_and_generate(int argc, char** argv) {
   const TrainingState state = read_training_state(dir / "state.json");
   check(is_model_name(state.model), kTool, (dir / "state.json").string(), ": model \"", state.model,
         "\" is not one this build knows (", model_names(), ")");
-  return with_model(state.model, [&](auto model_type, const ModelDefaults&) {
-    return run<typename decltype(model_type)::type>(o, dir, state);
+  return with_model(state.model, [&](auto model_type, const ModelDefaults& d) {
+    return run<typename decltype(model_type)::type>(o, dir, state, d);
   });
 }
 }  // namespace

@@ -71,6 +71,17 @@ int parse_and_train(int argc, char** argv) {
       ("mtp_weight_final", po::value(&o.mtp_weight_final)->default_value(-1, "0.1"), "MTP loss weight lambda from --mtp_switch_tokens on")
       ("mtp_switch_tokens", po::value(&o.mtp_switch_tokens)->default_value(-1, "10/14.8 of the run"),
        "tokens seen at which lambda steps to --mtp_weight_final (DeepSeek-V3: 10T of 14.8T)");
+  po::options_description plasticity_opts("Plasticity (docs/systems/plasticity.md; DASH and ReDo in phase 1 only)");
+  plasticity_opts.add_options()
+      ("fire", po::value(&o.plasticity.fire)->default_value(o.plasticity.fire),
+       "phase: FIRE when resuming into phase 2 or 3 from an earlier phase | now: also at this run's start (once per phase) | force | off")
+      ("fire_targets", po::value(&o.plasticity.fire_targets)->default_value(o.plasticity.fire_targets), "attention_qk | aggressive (every 2-D matrix)")
+      ("dash_every", po::value(&o.plasticity.dash_every)->default_value(0, "off"), "steps between DASH passes")
+      ("dash_threshold", po::value(&o.plasticity.dash_threshold)->default_value(o.plasticity.dash_threshold), "DASH shrinks rows whose cosine with their gradient exceeds this")
+      ("dash_min_factor", po::value(&o.plasticity.dash_min_factor)->default_value(o.plasticity.dash_min_factor), "DASH's smallest shrink factor")
+      ("redo_every", po::value(&o.plasticity.redo_every)->default_value(0, "off"), "steps between ReDo passes")
+      ("redo_tau", po::value(&o.plasticity.redo_tau)->default_value(o.plasticity.redo_tau), "ReDo recycles units whose activity is at most this x the layer mean")
+      ("redo_min_history", po::value(&o.plasticity.redo_min_history)->default_value(0, "redo_every x accumulation"), "forward passes ReDo needs before it judges");
   po::options_description sample("Sample printed at the end");
   sample.add_options()
       ("sample_tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens), "tokens to generate (0: none)")
@@ -86,7 +97,7 @@ int parse_and_train(int argc, char** argv) {
       ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
   po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
                                   "Usage: megacpp-train [options]   (no options: the tiny model on the built-in corpus)");
-  visible.add(run).add(batch).add(optim_opts).add(mtp).add(sample);
+  visible.add(run).add(batch).add(optim_opts).add(mtp).add(plasticity_opts).add(sample);
   po::options_description all;
   all.add(visible).add(debug);
   po::variables_map vm;

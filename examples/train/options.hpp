@@ -20,6 +20,7 @@
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/train/mtp_schedule.hpp"
 #include "models.hpp"
+#include "plasticity_run.hpp"
 
 namespace megacpp::examples {
 
@@ -63,6 +64,7 @@ struct TrainOptions {
   bool require_improvement = false;  ///< exit 5 when a fresh run's validation loss did not fall
   std::int64_t debug_poison_step = 0;    ///< fault injection: NaN weights before this step (tests)
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
+  PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
 
   /// The options as JSON (recorded in every checkpoint).
   nlohmann::json to_json() const {
@@ -120,6 +122,7 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_range(t, "top_k", o.top_k, 0, kMaxTokens, "0: all tokens");
   check_range(t, "debug_poison_step", o.debug_poison_step, 0, kMaxSteps);
   check_range(t, "debug_checkpoint_pause_ms", o.debug_checkpoint_pause_ms, 0, 60000);
+  check_plasticity_flags(t, o.plasticity);
 }
 
 /// Sizes of one run after the model's defaults and the phase are applied.

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,7 @@ struct TrainingState {
   int threads = 1;                    ///< OpenMP threads (bitwise resume needs the same count)
   nlohmann::json options;             ///< the command line's options, for the record
   data::ShardMetadata shards;         ///< the tokenizer of the training data (byte for older checkpoints)
+  nlohmann::json plasticity;          ///< FIRE ledger and ReDo statistics (plasticity_run.hpp); null when absent
 };
 
 inline nlohmann::json to_json(const TrainingState& s) {
@@ -74,7 +76,8 @@ inline nlohmann::json to_json(const TrainingState& s) {
           {"shards", {{"tokenizer", s.shards.tokenizer}, {"tokenizer_hash", s.shards.tokenizer_hash},
                       {"vocab_size", s.shards.vocab_size}, {"bos", s.shards.special.bos}, {"eos", s.shards.special.eos},
                       {"fim_prefix", s.shards.special.fim_prefix}, {"fim_suffix", s.shards.special.fim_suffix},
-                      {"fim_middle", s.shards.special.fim_middle}}}};
+                      {"fim_middle", s.shards.special.fim_middle}}},
+          {"plasticity", s.plasticity}};
 }
 
 namespace detail {
@@ -139,6 +142,24 @@ inline TrainingState read_training_state(const fs::path& file) {
   s.threads = static_cast<int>(detail::json_integer(j, "threads", f, 1, 1 << 20));
   s.options = detail::json_field<nlohmann::json>(j, "options", f);
   check(s.options.is_object(), "checkpoint", f, ": field \"options\" is not an object");
+  if (j.contains("plasticity") && !j["plasticity"].is_null()) {  // absent before plasticity existed
+    const auto& pl = j["plasticity"];
+    const auto bad = [&](const std::string& what) { fail("checkpoint", f, ": field \"plasticity\" ", what); };
+    if (!pl.is_object() || !pl.contains("fire") || !pl["fire"].is_object() || !pl.contains("redo") || !pl["redo"].is_array())
+      bad("must be {\"fire\": {parameter: phase}, \"redo\": [layer statistics]}");
+    for (const auto& [name, phase] : pl["fire"].items())
+      if (!phase.is_number_integer() || phase.get<std::int64_t>() < 1 || phase.get<std::int64_t>() > 3)
+        bad("has FIRE phase " + phase.dump() + " for '" + name + "' (must be 1-3)");
+    for (const auto& layer : pl["redo"]) {
+      if (!layer.is_object() || !layer.contains("ema") || !layer["ema"].is_array() || !layer.contains("history") ||
+          !layer["history"].is_number_integer() || layer["history"].get<std::int64_t>() < 0)
+        bad("has a malformed ReDo layer " + layer.dump().substr(0, 80));
+      for (const auto& v : layer["ema"])
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) bad("has a ReDo EMA value " + v.dump());
+    }
+    if (pl.contains("redo_passes") && !pl["redo_passes"].is_number_unsigned()) bad("has a ReDo pass count that is not a count");
+    s.plasticity = pl;
+  }
   if (j.contains("shards")) {  // absent in checkpoints written before shards.json existed: byte shards
     const auto& m = detail::json_field<nlohmann::json>(j, "shards", f);
     s.shards.tokenizer = detail::json_field<std::string>(m, "tokenizer", f);

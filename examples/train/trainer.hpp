@@ -172,7 +172,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       std::printf("warning: the checkpoint was written with %d threads, this run uses %d: results are not bitwise "
                   "those of an uninterrupted run (set OMP_NUM_THREADS=%d)\n", saved.threads, threads, saved.threads);
   }
-  enter_phase(model, p.phase);
+  enter_phase(model, p.phase, p.seq_len);
+  PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
+                                                 o.resume.empty() ? nlohmann::json() : saved.plasticity);
   const optim::MomentumWarmup momentum{0.85, 0.95, 300};
 
   std::fputs(model.summary().c_str(), stdout);
@@ -186,6 +188,13 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
               static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads);
   MetricsLog log(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
   const auto run_start = Clock::now();  // the metrics' elapsed_s counts from here
+  // FIRE at phase entry (or when asked for), before the first step; logged to the metrics.
+  const auto log_intervention = [&](const nlohmann::json& record) {
+    if (record.is_null()) return;
+    log.write(record);
+    std::printf("%s%s\n", isatty(STDERR_FILENO) ? "\n" : "", record.dump().c_str());
+  };
+  log_intervention(plasticity.at_start(start, !o.resume.empty() && saved.phase < p.phase.number));
 
   auto run_eval = [&](std::int64_t step) {
     const EvalResult e = evaluate(model, val_shards, p, meta);
@@ -270,7 +279,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
         return diverged(number, megacpp::detail::concat("gradient norm is ", clip.norm, " (non-finite gradients in ",
                                                list_names(non_finite_values(params, /*gradients=*/true)),
                                                "); the optimizer step was not taken"));
+      log_intervention(plasticity.after_backward(number));  // DASH: this step's gradients, before the update
       opt.step();
+      log_intervention(plasticity.after_step(number));      // ReDo
       const auto bad = non_finite_values(params, /*gradients=*/false);
       if (!bad.empty())
         return diverged(number, megacpp::detail::concat("parameters ", list_names(bad),
@@ -328,6 +339,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       state.step = number;
       state.rng_state = rng.state();
       state.train_position = loader.position();
+      state.plasticity = plasticity.to_json();
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
   }

@@ -13,4 +13,5 @@
 #include "megacpp/io.hpp"
 #include "megacpp/nn.hpp"
 #include "megacpp/optim.hpp"
+#include "megacpp/plasticity.hpp"
 #include "megacpp/train.hpp"

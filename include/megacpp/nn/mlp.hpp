@@ -4,7 +4,9 @@
 // (So et al., "Primer", 2021), output projection zero-initialised.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/nn/linear.hpp"
@@ -32,6 +34,11 @@ struct MLP {
 
   Linear<T, B> fc;    ///< (hidden, d)
   Linear<T, B> proj;  ///< (d, hidden), zero-initialised
+  /// Called with the hidden activation act(fc(x)) (..., hidden) on every forward when set: ReDo's
+  /// activation statistics (megacpp/plasticity/redo.hpp). It only reads; unset costs a branch.
+  std::function<void(const Tensor<T, B>&)> hidden_observer;
+  static constexpr std::string_view redo_incoming = "fc";   ///< ReDo: the projection into the hidden units
+  static constexpr std::string_view redo_outgoing = "proj"; ///< ReDo: the projection out of them
 
   MLP() = default;
   /// hidden = 0 means 4 * d_model.
@@ -40,7 +47,11 @@ struct MLP {
         proj(hidden ? hidden : 4 * d_model, d_model, rng, LinearInit::zeros) {}
 
   /// x (..., d) -> proj(Act(fc(x))) (..., d)
-  Var<T, B> forward(const Var<T, B>& x) const { return proj.forward(Act::apply(fc.forward(x))); }
+  Var<T, B> forward(const Var<T, B>& x) const {
+    Var<T, B> hidden = Act::apply(fc.forward(x));
+    if (hidden_observer) hidden_observer(hidden.value());
+    return proj.forward(hidden);
+  }
 
   /// Visits the parameters of fc and proj under "fc" and "proj", within `prefix`.
   template <class Visitor>

@@ -1,15 +1,19 @@
 // megacpp/train/curriculum.hpp: context-length curriculum phases (docs/systems/curriculum.md), a
 // training policy: it lives above the layers and reaches them only through LM's methods.
 //
-//   phase 1 syntax  4K context, rope_theta 10,000
-//   phase 2 file   16K context, rope_theta 500,000
-//   phase 3 repo   64K context, rope_theta 1,000,000
+//   phase 1 syntax  4K context, rope_theta 10,000                DASH and ReDo on (when asked for)
+//   phase 2 file   16K context, rope_theta 500,000               FIRE on Q/K at entry
+//   phase 3 repo   64K context, rope_theta 1,000,000 + YaRN x4   FIRE on Q/K at entry
 // A phase fixes seq_len, rope_theta and the micro-batch; the global batch in tokens stays
 // constant (the micro-batch shrinks and gradient accumulation grows as context grows), so the
 // gradient-accumulation count is recomputed from it, and a global batch it does not divide is an
 // error rather than a silently different batch. Entering a phase re-derives every attention
 // layer's RoPE table from the new theta (enter_phase -> LM::set_rope_theta); weights are
-// unchanged, so a run can switch phase when it resumes from a checkpoint.
+// unchanged, so a run can switch phase when it resumes from a checkpoint. Phase 3 also turns YaRN
+// on (nn/attention/yarn.hpp): factor 4 over an original context of a quarter of the phase's
+// seq_len (64K over phase 2's 16K). What the phase table says about plasticity (FIRE at entry,
+// DASH and ReDo in phase 1) is applied by the trainer (megacpp/plasticity, docs/systems/plasticity.md).
+// Per-phase data mixtures (70/30, 50/30/20) are not in the table yet.
 #pragma once
 
 #include <array>
@@ -19,6 +23,7 @@
 
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
+#include "megacpp/nn/attention/yarn.hpp"
 
 namespace megacpp {
 
@@ -28,12 +33,15 @@ struct CurriculumPhase {
   std::string_view name;     ///< "syntax", "file", "repo"
   index_t seq_len = 4096;    ///< context length of the phase at full scale
   double rope_theta = 1e4;   ///< RoPE base of the phase
+  double yarn_factor = 1.0;  ///< YaRN context extension factor over seq_len / yarn_factor (1: plain RoPE)
+  bool fire_at_entry = false;  ///< entering the phase orthogonalises the attention Q/K projections (FIRE)
+  bool dash_and_redo = false;  ///< DASH and ReDo may run in this phase (phase 1 only by default)
 };
 
 /// The recipe's phases 1-3 at full scale (a small model may scale seq_len down, see phase_seq_len).
-inline constexpr std::array<CurriculumPhase, 3> kRecipePhases{{{1, "syntax", 4096, 1e4},
-                                                               {2, "file", 16384, 5e5},
-                                                               {3, "repo", 65536, 1e6}}};
+inline constexpr std::array<CurriculumPhase, 3> kRecipePhases{{{1, "syntax", 4096, 1e4, 1.0, false, true},
+                                                               {2, "file", 16384, 5e5, 1.0, true, false},
+                                                               {3, "repo", 65536, 1e6, 4.0, true, false}}};
 
 /// The recipe phase with number `n` (1-3); throws naming `n` otherwise.
 inline const CurriculumPhase& recipe_phase(int n) {
@@ -55,10 +63,24 @@ inline index_t gradient_accumulation(index_t total_batch_tokens, index_t micro_b
   return total_batch_tokens / per_micro_step;
 }
 
+/// The YaRN extension a phase runs with when its rows are `seq_len` tokens long (0: the phase's
+/// full-scale seq_len): factor yarn_factor over an original context of seq_len / yarn_factor.
+inline Yarn phase_yarn(const CurriculumPhase& phase, index_t seq_len = 0) {
+  if (phase.yarn_factor <= 1.0) return Yarn{};
+  const index_t context = seq_len > 0 ? seq_len : phase.seq_len;
+  const auto original = static_cast<index_t>(static_cast<double>(context) / phase.yarn_factor);
+  check(original > 0, "curriculum", "phase ", phase.number, ": seq_len ", context, " is too short for YaRN factor ",
+        phase.yarn_factor);
+  return Yarn{.factor = phase.yarn_factor, .original_context = original};
+}
+
 /// Applies what entering `phase` changes in `model`: the RoPE base of every layer with rotary
-/// positions (Model::set_rope_theta). Returns how many layers changed.
+/// positions (Model::set_rope_theta) and the phase's YaRN extension (Model::set_yarn; plain RoPE
+/// outside phase 3), for rows of `seq_len` tokens (0: the phase's full-scale seq_len). Returns
+/// how many layers changed.
 template <class Model>
-int enter_phase(Model& model, const CurriculumPhase& phase) {
+int enter_phase(Model& model, const CurriculumPhase& phase, index_t seq_len = 0) {
+  model.set_yarn(phase_yarn(phase, seq_len));
   return model.set_rope_theta(phase.rope_theta);
 }
 
