@@ -30,6 +30,11 @@ struct ModelDefaults {
 /// The tiny "AAM" hybrid (tests and the default run).
 using TinyModel = TinyLM<float, Cpu>;
 
+/// The names with_model accepts, for --help.
+inline const char* model_names() {
+  return "tiny | tiny_mtp | tiny_moe | nam56r_tiny | cmake100m | generator400m | production877m";
+}
+
 /// Calls f(std::type_identity<Model>{}, defaults) for the model named `name`; throws listing the
 /// names otherwise.
 template <class F>
@@ -42,6 +47,14 @@ decltype(auto) with_model(const std::string& name, F&& f) {
     return f(std::type_identity<TinyMtpLM<float, Cpu>>{},
              ModelDefaults{"tiny_mtp", "the tiny model + MTP depth 1 (lambda 0.3 -> 0.1, docs/mtp.md)", 16, 4096, 8192, 300,
                            20, 50, 16384});
+  if (name == "tiny_moe")
+    return f(std::type_identity<TinyMoELM<float, Cpu>>{},
+             ModelDefaults{"tiny_moe", "\"AEM\" d64 x3: attention, an MoE layer (4 experts, top-2, docs/systems/moe.md), Mamba-3",
+                           16, 4096, 8192, 300, 20, 50, 16384});
+  if (name == "nam56r_tiny")
+    return f(std::type_identity<Nam56rTinyLM<float, Cpu>>{},
+             ModelDefaults{"nam56r_tiny", "NAM56R's 56-layer layout (13 A, 27 M, 12 E, 4 R; docs/recipe.md) at d64, vocab 264",
+                           16, 4096, 8192, 100, 10, 25, 16384});
   if (name == "cmake100m")
     return f(std::type_identity<CMake100M<float, Cpu>>{},
              ModelDefaults{"cmake100m", "\"AAM\" d10 (640 x 10), vocab 65536: CMake specialist", 1, 8192, 524288, 10000,
@@ -54,15 +67,14 @@ decltype(auto) with_model(const std::string& name, F&& f) {
     return f(std::type_identity<Production877M<float, Cpu>>{},
              ModelDefaults{"production877m", "\"AAM\" d24 (1536 x 24), vocab 65536: production target", 1, 8192, 524288,
                            40000, 500, 250, 1 << 20});
-  fail("megacpp-train", "unknown model \"", name, "\": choose tiny, tiny_mtp, cmake100m, generator400m or production877m");
+  fail("megacpp-train", "unknown model \"", name, "\": choose ", model_names());
 }
-
-/// The names with_model accepts, for --help.
-inline const char* model_names() { return "tiny | tiny_mtp | cmake100m | generator400m | production877m"; }
 
 /// True when with_model knows `name`.
 inline bool is_model_name(const std::string& name) {
-  return name == "tiny" || name == "tiny_mtp" || name == "cmake100m" || name == "generator400m" || name == "production877m";
+  for (const char* known : {"tiny", "tiny_mtp", "tiny_moe", "nam56r_tiny", "cmake100m", "generator400m", "production877m"})
+    if (name == known) return true;
+  return false;
 }
 
 }  // namespace megacpp::examples

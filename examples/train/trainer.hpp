@@ -25,6 +25,8 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,51 @@ namespace megacpp::examples {
 /// Validation loss (nats per token) and bits per byte (byte-tokenizer shards only; 0 otherwise).
 struct EvalResult {
   double loss = 0, bits_per_byte = 0;
+};
+
+/// Calls f(moe) for the MoE feed-forward of every layer that has one ('E' letters), in layer order.
+template <class Model, class F>
+void for_each_moe_layer(Model& model, F&& f) {
+  std::apply([&](auto&... block) {
+    const auto visit = [&](auto& b) {
+      if constexpr (requires { b.ffn.last_load(); }) f(b.ffn);
+    };
+    (visit(block), ...);
+  }, model.blocks);
+}
+
+/// The expert load of one training step: assignments per expert of every MoE layer, summed over
+/// the step's micro-batches, reduced to the smallest and largest share any expert of any layer got
+/// (1 / experts each when balanced).
+struct ExpertLoad {
+  std::vector<std::vector<index_t>> per_layer;  // [layer][expert]
+  std::vector<index_t> assignments;             // [layer]
+
+  template <class Model>
+  void add(Model& model) {
+    std::size_t layer = 0;
+    for_each_moe_layer(model, [&](const auto& moe) {
+      const auto& load = moe.last_load();
+      if (per_layer.size() <= layer) {
+        per_layer.emplace_back(load.tokens_per_expert.size(), 0);
+        assignments.push_back(0);
+      }
+      for (std::size_t e = 0; e < load.tokens_per_expert.size(); ++e) per_layer[layer][e] += load.tokens_per_expert[e];
+      assignments[layer] += load.assignments;
+      ++layer;
+    });
+  }
+  bool empty() const { return per_layer.empty(); }
+  std::pair<double, double> min_max_fraction() const {
+    double lo = 1, hi = 0;
+    for (std::size_t l = 0; l < per_layer.size(); ++l)
+      for (const index_t n : per_layer[l]) {
+        const double f = assignments[l] > 0 ? static_cast<double>(n) / static_cast<double>(assignments[l]) : 0.0;
+        lo = std::min(lo, f);
+        hi = std::max(hi, f);
+      }
+    return {lo, hi};
+  }
 };
 
 /// Sets the MTP weight lambda of `model` for as long as it lives, then restores it (nothing for
@@ -249,6 +296,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     }
     double loss_sum = 0, mtp_sum = 0;  // next-token and MTP losses, weighted like the micro-batches
     bool mtp_computed = false;
+    double balance_sum = 0;  // MoE balance losses (before their weight), summed over layers
+    int balance_layers = 0;
+    ExpertLoad expert_load;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
       const double weight = total > 0 ? counts[static_cast<std::size_t>(micro)] / total : 0.0;
@@ -263,11 +313,17 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
                                                "); non-finite parameters before the step: ",
                                                list_names(non_finite_values(params, /*gradients=*/false))));
       loss_sum += weight * (terms.aux.empty() ? value : static_cast<double>(terms.main.item()));
+      int balance_here = 0;
       for (const auto& aux : terms.aux)
         if (aux.name == "mtp") {
           mtp_sum += weight * static_cast<double>(aux.loss.item());
           mtp_computed = true;
+        } else if (aux.name.ends_with(".balance")) {
+          balance_sum += weight * static_cast<double>(aux.loss.item());
+          ++balance_here;
         }
+      balance_layers = std::max(balance_layers, balance_here);
+      expert_load.add(model);
       backward(weight != 1.0 ? scale(loss, weight) : loss);
     }
     // A global batch with no learned target at all (possible only with tiny batches inside one
@@ -281,6 +337,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
                                                "); the optimizer step was not taken"));
       log_intervention(plasticity.after_backward(number));  // DASH: this step's gradients, before the update
       opt.step();
+      // Auxiliary-loss-free balancing (SigmoidBiasTopK): each MoE layer's bias moves by gamma
+      // against its load, outside the gradient (DeepSeek-V3 sec. 2.1.2, gamma 0.001 there).
+      for_each_moe_layer(model, [](auto& moe) { moe.update_bias(1e-3); });
       log_intervention(plasticity.after_step(number));      // ReDo
       const auto bad = non_finite_values(params, /*gradients=*/false);
       if (!bad.empty())
@@ -310,6 +369,12 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     if constexpr (Model::has_mtp) {
       record["mtp_weight"] = mtp_weight;
       if (mtp_computed) record["mtp_loss"] = mtp_sum;
+    }
+    if (!expert_load.empty()) {  // MoE: the balance loss (mean over layers) and the experts' shares
+      if (balance_layers > 0) record["moe_balance_loss"] = balance_sum / balance_layers;
+      const auto [lo, hi] = expert_load.min_max_fraction();
+      record["expert_load_min"] = lo;
+      record["expert_load_max"] = hi;
     }
     const std::int64_t same = total > 0 ? plateau.observe(loss) : 0;
     if (o.plateau_steps > 0 && same >= o.plateau_steps) {

@@ -303,3 +303,30 @@ TEST_CASE("trainer: tiny_mtp logs the MTP loss and lambda, steps lambda at --mtp
   CHECK(negative.exit_code == 2);
   CHECK_THAT(negative.output, Catch::Contains("--mtp_weight") && Catch::Contains("-0.5"));
 }
+
+TEST_CASE("trainer: tiny_moe and nam56r_tiny train by name and log the balance loss and the experts' load",
+          "[trainer][moe]") {
+  Corpus corpus;
+  TempDir runs;
+  for (const char* model : {"tiny_moe", "nam56r_tiny"}) {
+    const auto r = run(kTrain, small_run(corpus.dir.path, runs / model, {"--model", model, "--steps", "3"}), runs,
+                       "moe.log");
+    INFO(model << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    std::ifstream metrics(runs / model / "metrics.jsonl");
+    std::string line;
+    int steps = 0;
+    while (std::getline(metrics, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      ++steps;
+      CHECK(j.at("moe_balance_loss").get<double>() > 0);
+      const double lo = j.at("expert_load_min").get<double>(), hi = j.at("expert_load_max").get<double>();
+      CHECK(lo >= 0);
+      CHECK(lo <= 0.25);  // 4 experts: a share of 1/4 each when balanced
+      CHECK(hi >= 0.25);
+      CHECK(hi <= 1);
+    }
+    CHECK(steps == 3);
+  }
+}

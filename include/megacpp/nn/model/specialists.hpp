@@ -23,13 +23,15 @@ using RecipeLetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba
 template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}, M2RNNSizes R = M2RNNSizes{}>
 using RecipeLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M, R>>;
 
-/// The recipe's letter table with 'E' = MoELetter<E, Routing> beside 'A' and 'M'.
-template <AttentionSizes A, MambaSizes M, MoESizes E, class Routing = SoftmaxTopK>
-using RecipeMoELetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba3Letter<M>>, Letter<'E', MoELetter<E, Routing>>>;
+/// The recipe's whole letter table: 'E' = MoELetter<E, Routing> beside 'A', 'M' and 'R'.
+template <AttentionSizes A, MambaSizes M, MoESizes E, class Routing = SoftmaxTopK, M2RNNSizes R = M2RNNSizes{}>
+using RecipeMoELetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba3Letter<M>>,
+                                 Letter<'E', MoELetter<E, Routing>>, Letter<'R', M2RNNLetter<R>>>;
 
 /// A model of the recipe's family with MoE layers ('E').
-template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M, MoESizes E, class Routing = SoftmaxTopK>
-using RecipeMoELM = LM<T, B, D, Pattern<P>, RecipeMoELetters<A, M, E, Routing>>;
+template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M, MoESizes E, class Routing = SoftmaxTopK,
+          M2RNNSizes R = M2RNNSizes{}>
+using RecipeMoELM = LM<T, B, D, Pattern<P>, RecipeMoELetters<A, M, E, Routing, R>>;
 
 /// Tiny hybrid for tests and the default training run (byte vocabulary padded to 264).
 inline constexpr Dims kTinyDims{.d_model = 64, .n_layers = 3, .vocab = 264, .max_seq = 4096};
@@ -55,6 +57,23 @@ template <class T, Backend B>
 using TinyMtpLM = LM<T, B, kTinyDims, Pattern<"AAM">, RecipeLetters<kTinyAttention, kTinyMamba>, HeadSoftcap<30>, MtpDepth1<'A'>>;
 /// Tiny "AEM" MoE hybrid (tests, bench/train_step): attention, an MoE layer, Mamba-3.
 template <class T, Backend B> using TinyMoELM = RecipeMoELM<T, B, kTinyDims, "AEM", kTinyAttention, kTinyMamba, kTinyMoE>;
+/// The tiny M2RNN: 4 heads of 16 x 16 matrix states.
+inline constexpr M2RNNSizes kTinyM2RNN{.k_head_dim = 16, .v_head_dim = 16};
+
+/// NAM56R's layer layout: 56 layers with the letter counts of the recipe's 4.73B backbone, 13
+/// attention ('A'), 27 Mamba-3 ('M') and 12 MoE ('E') layers, the other 4 the recurrent tail ('R')
+/// closing each quarter. The backbone's published motif "AEMEAEMEAEMR" has more MoE than Mamba
+/// layers, so repeating it cannot give these counts; each quarter here keeps its shape (attention
+/// then an MoE layer, Mamba runs between, the tail last) with the counts' proportions: three
+/// quarters "AEMMAMEMMAMEMR" (A3 E3 M7 R1) and a last "AEMMAMEMMAAEMR" (A4 E3 M6 R1).
+inline constexpr FixedString kNam56rPattern{"AEMMAMEMMAMEMR" "AEMMAMEMMAMEMR" "AEMMAMEMMAMEMR" "AEMMAMEMMAAEMR"};
+/// NAM56R's layout at the tiny model's width (d_model 64, byte vocabulary): runs on a laptop.
+inline constexpr Dims kNam56rTinyDims{.d_model = 64, .n_layers = 56, .vocab = 264, .max_seq = 4096};
+/// NAM56R-shaped hybrid at tiny width: the tiny letters' sizes, MoE of 4 experts top-2 (softmax
+/// routing with the Switch balance loss), M2RNN of 4 heads.
+template <class T, Backend B>
+using Nam56rTinyLM = RecipeMoELM<T, B, kNam56rTinyDims, kNam56rPattern, kTinyAttention, kTinyMamba, kTinyMoE, SoftmaxTopK, kTinyM2RNN>;
+
 /// 100M CMake specialist, "AAM": 10 heads (2 kv heads), reference Mamba-3 sizes.
 template <class T, Backend B> using CMake100M = RecipeLM<T, B, k100MDims, "AAM", AttentionSizes{.n_heads = 10}>;
 /// 400M C++ generator, "AAM": 16 heads (4 kv heads), reference Mamba-3 sizes.
