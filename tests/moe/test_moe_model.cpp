@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "megacpp/optim.hpp"
+
 using namespace megacpp;
 using namespace megacpp::testing;
 using Catch::Matchers::Contains;
@@ -133,6 +135,7 @@ TEST_CASE("'E' letter: an AEM model passes the document-masking check bitwise (s
 
 TEST_CASE("a capacity-dropping MoE fails the document-masking check", "[moe][model][masking]") {
   AemLM<double, CapacityDroppingTopK> model(8);
+  CHECK_THAT(model.type_id(), Contains("E: MoE 4x24 top2 capacity_dropping_topk"));
   randomise_matrices(model, 21);
   const MaskingBatch data(kDims.vocab);
   MaskingCheckOptions opt;
@@ -145,4 +148,34 @@ TEST_CASE("a capacity-dropping MoE fails the document-masking check", "[moe][mod
   // The MoE block (layer 2; 0 is the embedding) is where it breaks: a token's output depends on
   // which other tokens of the batch filled its expert first.
   CHECK_THAT(r.violation, Contains("layer 2 (0 = embedding)"));
+}
+
+TEST_CASE("'E' letter: the hybrid optimiser gives the router to AdamW and each expert matrix to Muon", "[moe][model][optim]") {
+  TinyMoELM<float, Cpu> model(9);
+  optim::Hybrid<float, Cpu> opt(model, optim::HybridOptions{});
+  int routers = 0, experts = 0;
+  for (const auto& r : opt.routes()) {
+    if (r.name.find(".router.") != std::string::npos) {
+      ++routers;
+      CHECK(r.optimizer == optim::OptimizerKind::adamw);
+      CHECK(r.group.rfind("adamw.router", 0) == 0);
+    }
+    if (r.name.find(".experts.") != std::string::npos) {
+      ++experts;
+      CHECK(r.optimizer == optim::OptimizerKind::muon);
+      CHECK(r.shape.rank() == 2);
+    }
+  }
+  CHECK(routers == 1);
+  CHECK(experts == 2 * kTinyMoE.experts);
+  // one training step runs: forward, backward, both optimisers
+  const MaskingBatch data(kTinyDims.vocab);
+  const auto docs = TinyMoELM<float, Cpu>::documents(data.ids, data.batch, data.seq, MaskingBatch::bos);
+  const auto ids = CpuTensor<std::int32_t>::from_host({data.batch, data.seq}, data.ids);
+  const auto targets = CpuTensor<std::int32_t>::from_host({data.batch, data.seq}, data.targets);
+  const auto mask = CpuTensor<float>::full({data.batch, data.seq}, 1.0f);
+  const std::vector<float> before = std::get<1>(model.blocks).ffn.router.proj.weight.value().to_host();
+  backward(model.loss(ids, targets, mask, docs));
+  opt.step();
+  CHECK(std::get<1>(model.blocks).ffn.router.proj.weight.value().to_host() != before);
 }

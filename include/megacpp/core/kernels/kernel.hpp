@@ -5,7 +5,7 @@
 /// GEMM, elementwise maps and reductions, the row kernels autograd's generic ops are written on.
 /// A *fused kernel* is one forward/backward pair for one layer's hot path (attention, the SSM
 /// scan, Mamba-3's rotary angles, the document-aware conv1d, the LM head's fused cross-entropy;
-/// later the MoE grouped GEMM). Each has a *kernel contract* in this folder (MLX's
+/// the MoE experts' grouped GEMM). Each has a *kernel contract* in this folder (MLX's
 /// `fast::ScaledDotProductAttention` shape: a primitive declared below the layers, implemented per
 /// backend):
 ///
