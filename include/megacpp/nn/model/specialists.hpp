@@ -20,6 +20,10 @@ using RecipeLetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba
 template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}>
 using RecipeLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M>>;
 
+/// A model of the recipe's family with multi-token prediction of depth 1 (nn/model/mtp.hpp).
+template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}>
+using RecipeMtpLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M>, HeadSoftcap<30>, MtpDepth1<'A'>>;
+
 /// Tiny hybrid for tests and the default training run (byte vocabulary padded to 264).
 inline constexpr Dims kTinyDims{.d_model = 64, .n_layers = 3, .vocab = 264, .max_seq = 4096};
 /// The tiny model's attention: 4 query heads over 1 kv head of 16.
@@ -37,8 +41,7 @@ inline constexpr Dims k877MDims{.d_model = 1536, .n_layers = 24, .vocab = 65536}
 /// Tiny "AAM" hybrid (tests, the default training run).
 template <class T, Backend B> using TinyLM = RecipeLM<T, B, kTinyDims, "AAM", kTinyAttention, kTinyMamba>;
 /// The tiny hybrid with multi-token prediction of depth 1 (its block: the 'A' letter's).
-template <class T, Backend B>
-using TinyMtpLM = LM<T, B, kTinyDims, Pattern<"AAM">, RecipeLetters<kTinyAttention, kTinyMamba>, HeadSoftcap<30>, MtpDepth1<'A'>>;
+template <class T, Backend B> using TinyMtpLM = RecipeMtpLM<T, B, kTinyDims, "AAM", kTinyAttention, kTinyMamba>;
 /// 100M CMake specialist, "AAM": 10 heads (2 kv heads), reference Mamba-3 sizes.
 template <class T, Backend B> using CMake100M = RecipeLM<T, B, k100MDims, "AAM", AttentionSizes{.n_heads = 10}>;
 /// 400M C++ generator, "AAM": 16 heads (4 kv heads), reference Mamba-3 sizes.
