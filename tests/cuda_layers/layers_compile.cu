@@ -27,6 +27,7 @@ static_assert(Mixer<GQA<float, Cuda>> && Mixer<Mamba3<float, Cuda>> && Mixer<Mam
               Mixer<Mamba2<float, Cuda>> && Mixer<M2RNN<float, Cuda>> && FeedForward<MLP<float, Cuda>>);
 static_assert(std::is_same_v<TinyLM<float, Cuda>::block_type<2>, Block<Mamba3<float, Cuda>>>);
 static_assert(sizeof(TinyLM<float, Cuda>) > 0 && sizeof(Generator400M<float, Cuda>) > 0);
+static_assert(sizeof(TinyMtpLM<float, Cuda>) > sizeof(TinyLM<float, Cuda>) && TinyMtpLM<float, Cuda>::has_mtp);
 static_assert(sizeof(Block<GQA<float, Cuda>>) > 0 && sizeof(Block<Mamba2<float, Cuda>>) > 0 &&
               sizeof(Block<M2RNN<float, Cuda>>) > 0);
 

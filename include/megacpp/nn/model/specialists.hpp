@@ -33,6 +33,10 @@ template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSize
           M2RNNSizes R = M2RNNSizes{}>
 using RecipeMoELM = LM<T, B, D, Pattern<P>, RecipeMoELetters<A, M, E, Routing, R>>;
 
+/// A model of the recipe's family with multi-token prediction of depth 1 (nn/model/mtp.hpp).
+template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}>
+using RecipeMtpLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M>, HeadSoftcap<30>, MtpDepth1<'A'>>;
+
 /// Tiny hybrid for tests and the default training run (byte vocabulary padded to 264).
 inline constexpr Dims kTinyDims{.d_model = 64, .n_layers = 3, .vocab = 264, .max_seq = 4096};
 /// The tiny model's attention: 4 query heads over 1 kv head of 16.
@@ -53,8 +57,7 @@ inline constexpr Dims k877MDims{.d_model = 1536, .n_layers = 24, .vocab = 65536}
 /// Tiny "AAM" hybrid (tests, the default training run).
 template <class T, Backend B> using TinyLM = RecipeLM<T, B, kTinyDims, "AAM", kTinyAttention, kTinyMamba>;
 /// The tiny hybrid with multi-token prediction of depth 1 (its block: the 'A' letter's).
-template <class T, Backend B>
-using TinyMtpLM = LM<T, B, kTinyDims, Pattern<"AAM">, RecipeLetters<kTinyAttention, kTinyMamba>, HeadSoftcap<30>, MtpDepth1<'A'>>;
+template <class T, Backend B> using TinyMtpLM = RecipeMtpLM<T, B, kTinyDims, "AAM", kTinyAttention, kTinyMamba>;
 /// Tiny "AEM" MoE hybrid (tests, bench/train_step): attention, an MoE layer, Mamba-3.
 template <class T, Backend B> using TinyMoELM = RecipeMoELM<T, B, kTinyDims, "AEM", kTinyAttention, kTinyMamba, kTinyMoE>;
 /// The tiny M2RNN: 4 heads of 16 x 16 matrix states.
