@@ -84,7 +84,7 @@ TEST_CASE("LM: the pattern fixes the block types, names, roles and summary", "[m
   // the type id names each distinct letter's own sizes once, in pattern order
   CHECK(TestLM::type_id() ==
         "F64 LM \"AAM\" d_model 32 layers 3 vocab 64 max_seq 512; A: GQA heads 4/1 head_dim 8 window 0 mlp 128; "
-        "M: Mamba3 SISO N8 P16 x2 mlp 128");
+        "M: Mamba3 SISO N8 P16 x2 mlp 128 A heavy-tail");
 }
 
 TEST_CASE("LM: initialisation and forward are bitwise deterministic for a seed", "[model][determinism]") {
