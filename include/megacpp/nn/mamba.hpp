@@ -21,4 +21,5 @@
 #include "megacpp/nn/mamba/rotary.hpp"
 #include "megacpp/nn/mamba/scan_inputs.hpp"
 #include "megacpp/nn/mamba/sequential_scan.hpp"
+#include "megacpp/nn/mamba/upstream_layout.hpp"
 #include "megacpp/nn/block.hpp"
