@@ -132,7 +132,7 @@ ScanCompare bench_chunked_vs_sequential(Layer& layer, index_t T, const bench::Be
   in.k = rotary_qk(rmsnorm(reshape(Bp, Shape{1, T, 1, N}), layer.B_norm.var, 1e-5), layer.B_bias.var, cs);
   in.q = rotary_qk(rmsnorm(reshape(Cp, Shape{1, T, 1, N}), layer.C_norm.var, 1e-5), layer.C_bias.var, cs);
   in.v = reshape(slice(zx, -1, di, 2 * di), Shape{1, T, H, 1, P});
-  in.log_alpha = clamp_max(-softplus(dd_A), -1e-4) * dt;
+  in.log_alpha = clamp_max(-Layer::a_activation::phi(dd_A), -1e-4) * dt;
   in.gamma = lambda * dt;
   in.shift = dt - in.gamma;
   in.D = layer.D.var;

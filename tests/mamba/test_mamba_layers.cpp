@@ -75,21 +75,32 @@ std::vector<V64> params_of(Layer& layer) {
   return ps;
 }
 
-using Siso = Mamba3<double, Cpu, SISO>;
+using Siso = Mamba3<double, Cpu, SISO>;  // the A activation is the reference's heavy tail
 using Mimo = Mamba3<double, Cpu, MIMO<2>>;
+using SisoSoftplus = Mamba3<double, Cpu, SISO, SoftplusA>;  // the earlier A = -softplus(dd_A)
+using MimoSoftplus = Mamba3<double, Cpu, MIMO<2>, SoftplusA>;
 using M2 = Mamba2<double, Cpu>;
+static_assert(std::is_same_v<Siso, Mamba3<double, Cpu, SISO, HeavyTailA>>, "the heavy-tail A is the default");
 
-Siso make_siso(index_t chunk = 3, std::uint64_t seed = 1) {
+// A Mamba-3 layer of the tiny sizes; `outproj_norm` sets is_outproj_norm and gives the norm gains
+// values away from 1, so that a gain that were ignored (or applied to the wrong channel) shows.
+template <class Layer>
+Layer make_mamba3(index_t chunk, std::uint64_t seed, bool outproj_norm) {
   Rng rng(seed);
-  Siso m(tiny_mamba3(chunk), rng);
+  Mamba3Config c = tiny_mamba3(chunk);
+  c.is_outproj_norm = outproj_norm;
+  Layer m(c, rng);
   randomise_out_proj(m, seed + 100);
+  if (outproj_norm) m.norm.var.mutable_value().assign(rand_uniform<double, Cpu>(m.norm.shape(), rng, 0.5, 1.5));
   return m;
 }
-Mimo make_mimo(index_t chunk = 2, std::uint64_t seed = 2) {
-  Rng rng(seed);
-  Mimo m(tiny_mamba3(chunk), rng);
-  randomise_out_proj(m, seed + 100);
-  return m;
+template <class Layer = Siso>
+Layer make_siso(index_t chunk = 3, std::uint64_t seed = 1, bool outproj_norm = false) {
+  return make_mamba3<Layer>(chunk, seed, outproj_norm);
+}
+template <class Layer = Mimo>
+Layer make_mimo(index_t chunk = 2, std::uint64_t seed = 2, bool outproj_norm = false) {
+  return make_mamba3<Layer>(chunk, seed, outproj_norm);
 }
 M2 make_mamba2(index_t chunk = 3, std::uint64_t seed = 3) {
   Rng rng(seed);
@@ -146,6 +157,21 @@ TEST_CASE("Mamba3: parameters, names, roles and the reference's initial values",
     CHECK(dt <= 0.1 * 1.001);
   }
   for (float w : siso.out_proj.weight.value().to_host()) REQUIRE(w == 0.0f);
+  // is_outproj_norm (off by default, as in the reference) adds the per-head RMSNorm gain "norm" (d_inner), init 1
+  CHECK_FALSE(cfg.is_outproj_norm);
+  Mamba3Config normed = cfg;
+  normed.is_outproj_norm = true;
+  Mamba3<float, Cpu, SISO> siso_normed(normed, rng);
+  names.clear();
+  siso_normed.for_each_param([&](const std::string& n, Param<float, Cpu>& p) { names.push_back(n + ":" + std::string(role_name(p.role))); });
+  CHECK(names[names.size() - 2] == "norm:norm_gain");
+  CHECK(siso_normed.norm.shape() == Shape{128});
+  CHECK(siso_normed.norm.value().to_host() == std::vector<float>(128, 1.0f));
+  // the letter's switch: MambaSizes::outproj_norm sets it and shows in the model's type id
+  using NormedLetter = Mamba3Letter<MambaSizes{.d_state = 8, .headdim = 16, .expand = 2, .outproj_norm = true}>::factory<
+      float, Cpu, kOneBlockDims>;
+  CHECK(NormedLetter::config().is_outproj_norm);
+  CHECK(NormedLetter::describe() == "Mamba3 SISO N8 P16 x2 mlp 128 outproj_norm A heavy-tail");
   Mamba3<float, Cpu, MIMO<4>> mimo(cfg, rng);
   CHECK(mimo.config.chunk_size == 16);  // 64 / R rows per chunk
   CHECK(mimo.mimo_x.shape() == Shape{2, 4, 64});
@@ -185,6 +211,10 @@ TEST_CASE("Mamba layers: chunked forward equals the sequential recurrence (fp64)
   };
   SECTION("Mamba3 SISO") { compare(make_siso()); }
   SECTION("Mamba3 MIMO<2>") { compare(make_mimo()); }
+  SECTION("Mamba3 SISO, SoftplusA") { compare(make_siso<SisoSoftplus>()); }
+  SECTION("Mamba3 MIMO<2>, SoftplusA") { compare(make_mimo<MimoSoftplus>()); }
+  SECTION("Mamba3 SISO, is_outproj_norm") { compare(make_siso(3, 1, true)); }
+  SECTION("Mamba3 MIMO<2>, is_outproj_norm") { compare(make_mimo(2, 2, true)); }
   SECTION("Mamba2") { compare(make_mamba2()); }
 }
 
@@ -200,6 +230,13 @@ TEST_CASE("Mamba layers: gradcheck of every parameter and the input through the 
   Rng rng(21);
   run("Mamba3 SISO", Siso(grad_mamba3(3), rng));
   run("Mamba3 MIMO<2>", Mimo(grad_mamba3(2), rng));
+  run("Mamba3 SISO, SoftplusA", SisoSoftplus(grad_mamba3(3), rng));
+  run("Mamba3 MIMO<2>, SoftplusA", MimoSoftplus(grad_mamba3(2), rng));
+  Mamba3Config normed = grad_mamba3(3);
+  normed.is_outproj_norm = true;
+  run("Mamba3 SISO, is_outproj_norm", Siso(normed, rng));
+  normed.chunk_size = 2;
+  run("Mamba3 MIMO<2>, is_outproj_norm", Mimo(normed, rng));
   run("Mamba2", M2(grad_mamba2(3), rng));
 }
 
@@ -234,6 +271,10 @@ TEST_CASE("Mamba layers: decode steps reproduce the training forward token by to
   };
   check_layer("Mamba3 SISO", make_siso());
   check_layer("Mamba3 MIMO<2>", make_mimo());
+  check_layer("Mamba3 SISO, SoftplusA", make_siso<SisoSoftplus>());
+  check_layer("Mamba3 MIMO<2>, SoftplusA", make_mimo<MimoSoftplus>());
+  check_layer("Mamba3 SISO, is_outproj_norm", make_siso(3, 1, true));
+  check_layer("Mamba3 MIMO<2>, is_outproj_norm", make_mimo(2, 2, true));
   check_layer("Mamba2", make_mamba2());
 }
 

@@ -86,6 +86,30 @@ TEST_CASE("softplus and clamp_max: values and gradients", "[mamba][ops]") {
   require_gradcheck("clamp_max", [](auto& in) { return clamp_max(in[0], 0.3); }, {x2});
 }
 
+TEST_CASE("heavy_tail: the reference's A activation, values, gradients and the A rule of both policies", "[mamba][ops]") {
+  // phi(x) = 1 + x for x >= 0, 1 / (1 - x) below (state-spaces/mamba mamba3.py, commit c69aaab)
+  auto x = param_from({-1e6, -3.0, -0.5, 0.0, 0.5, 7.0}, {6});
+  CHECK(heavy_tail(x).value().to_host() == std::vector<double>{1.0 / (1.0 + 1e6), 0.25, 1.0 / 1.5, 1.0, 1.5, 8.0});
+  // the slope is 1 / (1 - x)^2 below 0 and 1 above, continuous at 0 (a wrong branch shows here)
+  backward(sum(heavy_tail(x)));
+  const auto g = x.grad().to_host();
+  CHECK(g[1] == Approx(1.0 / 16.0));
+  CHECK(g[2] == Approx(1.0 / 2.25));
+  CHECK(g[3] == 1.0);
+  CHECK(g[5] == 1.0);
+  // gradcheck on both branches (points well away from 0, where the second derivative jumps)
+  auto x2 = param_from({-4.0, -1.3, -0.2, 0.3, 1.1, 2.5}, {2, 3});
+  require_gradcheck("heavy_tail", [](auto& in) { return heavy_tail(in[0]); }, {x2});
+  // A = min(-phi(dd_A), -A_floor) with each policy: the heavy tail keeps |A| larger for negative dd_A
+  auto dd = param_from({-20.0, -1.0, 0.0, 2.0}, {4});
+  const auto a_heavy = clamp_max(-HeavyTailA::phi(dd), -1e-4).value().to_host();
+  const auto a_soft = clamp_max(-SoftplusA::phi(dd), -1e-4).value().to_host();
+  CHECK(a_heavy == std::vector<double>{-1.0 / 21.0, -0.5, -1.0, -3.0});
+  CHECK(a_soft[0] == -1e-4);  // softplus(-20) = 2e-9 hits the floor
+  CHECK(a_soft[2] == Approx(-std::log(2.0)));
+  require_gradcheck("A rule, heavy-tail", [](auto& in) { return clamp_max(-HeavyTailA::phi(in[0]), -1e-4); }, {x2});
+}
+
 TEST_CASE("rotary_angles: cumulative pi tanh(angle) dt, restarting at every document", "[mamba][ops][rotary]") {
   const Docs docs = docs_from_lengths({{3, 1, 4}, {5, 3}});
   const index_t B = 2, T = 8, H = 2, S = 3;

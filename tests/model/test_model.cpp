@@ -84,7 +84,7 @@ TEST_CASE("LM: the pattern fixes the block types, names, roles and summary", "[m
   // the type id names each distinct letter's own sizes once, in pattern order
   CHECK(TestLM::type_id() ==
         "F64 LM \"AAM\" d_model 32 layers 3 vocab 64 max_seq 512; A: GQA heads 4/1 head_dim 8 window 0 mlp 128; "
-        "M: Mamba3 SISO N8 P16 x2 mlp 128");
+        "M: Mamba3 SISO N8 P16 x2 mlp 128 A heavy-tail");
 }
 
 TEST_CASE("LM: initialisation and forward are bitwise deterministic for a seed", "[model][determinism]") {
@@ -117,6 +117,47 @@ TEST_CASE("LM: whole-model document masking invariants on a packed AAM hybrid (b
   CHECK(r.ok);
   CHECK(r.documents_checked == 8);
   CHECK(r.max_packed_vs_alone == 0.0);
+}
+
+TEST_CASE("LM: a pattern letter builds Mamba-3 MIMO; forward, backward and document masking of the model", "[model][masking]") {
+  // RecipeMIMOLetters: 'M' is Mamba3<T, B, MIMO<R>> (rank 2 here, the heavy-tail A by default)
+  using MimoLM = RecipeMIMOLM<double, Cpu, kTestDims, "AMM", kTestAttention, kTestMamba, 2>;
+  static_assert(std::is_same_v<MimoLM::block_type<1>, Block<Mamba3<double, Cpu, MIMO<2>>>>);
+  static_assert(std::is_same_v<MimoLM::block_type<2>, Block<Mamba3<double, Cpu, MIMO<2>, HeavyTailA>>>);
+  CHECK_THAT(MimoLM::type_id(), Contains("M: Mamba3 MIMO2 N8 P16 x2 mlp 128 A heavy-tail"));
+  MimoLM model(12);
+  Rng rng(98);
+  model.for_each_param([&](const std::string&, Param<double, Cpu>& p) {
+    if (p.role == Role::matrix) p.var.mutable_value().assign(randn<double, Cpu>(p.shape(), rng, 0.2));
+  });
+  std::vector<std::string> names;
+  model.for_each_param([&](const std::string& n, Param<double, Cpu>&) { names.push_back(n); });
+  for (const char* n : {"blocks.1.mixer.mimo_x", "blocks.1.mixer.mimo_z", "blocks.1.mixer.mimo_o", "blocks.2.mixer.mimo_o"})
+    CHECK(std::find(names.begin(), names.end(), n) != names.end());
+  // forward and backward: the loss is finite and every parameter, the MIMO projections included, gets a gradient
+  std::vector<std::int32_t> ids, targets;
+  packed_batch(ids, targets, 2, 24);
+  const auto docs = MimoLM::documents(ids, 2, 24, kBos);
+  const auto in = CpuTensor<std::int32_t>::from_host({2, 24}, ids), tg = CpuTensor<std::int32_t>::from_host({2, 24}, targets);
+  const auto loss = model.loss(in, tg, CpuTensor<double>::full({2, 24}, 1.0), docs);
+  CHECK(std::isfinite(loss.item()));
+  backward(loss);
+  model.for_each_param([&](const std::string& n, Param<double, Cpu>& p) {
+    INFO(n);
+    REQUIRE(p.grad().defined());
+    double norm = 0;
+    for (double g : p.grad().to_host()) norm += g * g;
+    CHECK(norm > 0);
+  });
+  // the whole-model masking invariants, bitwise, as for the SISO hybrid
+  MaskingCheckOptions opt;
+  opt.bos_id = kBos;
+  opt.vocab = 64;
+  opt.packed_tolerance = 0.0;
+  const MaskingCheckResult r = check_document_masking(model, ids, targets, 2, 24, opt);
+  INFO(r.violation);
+  CHECK(r.ok);
+  CHECK(r.documents_checked == 8);
 }
 
 TEST_CASE("check_document_masking reports the first violating layer and position", "[model][masking]") {

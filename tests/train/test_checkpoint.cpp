@@ -80,6 +80,32 @@ TEST_CASE("a checkpoint of another model type is refused before anything changes
   CHECK(Tiny::type_id() != TinyDense::type_id());
 }
 
+TEST_CASE("a checkpoint of the earlier -softplus A loads with SoftplusA and is refused by the heavy-tail default", "[checkpoint]") {
+  // TinyModel's Mamba-3 uses the reference's heavy-tail A (the default since the A rule became a
+  // policy); a softplus model keeps the type id every checkpoint written before that carried.
+  using TinySoftplus = LM<float, Cpu, kTinyDims, Pattern<"AAM">,
+                          Letters<Letter<'A', AttentionLetter<kTinyAttention>>, Letter<'M', Mamba3Letter<kTinyMamba, SISO, SoftplusA>>>>;
+  CHECK(TinySoftplus::type_id() ==
+        "F32 LM \"AAM\" d_model 64 layers 3 vocab 264 max_seq 4096; A: GQA heads 4/1 head_dim 16 window 0 mlp 256; "
+        "M: Mamba3 SISO N16 P32 x2 mlp 256");
+  CHECK(Tiny::type_id() == TinySoftplus::type_id() + " A heavy-tail");
+  TempDir dir;
+  TinySoftplus old(1);
+  io::save_model(dir / "softplus.safetensors", old, TinySoftplus::type_id());
+  Tiny model(2);
+  const auto before = all_weights(model);
+  CHECK_THROWS_WITH(io::load_model(dir / "softplus.safetensors", model, Tiny::type_id()),
+                    Catch::Contains("different model type") && Catch::Contains("mlp 256], this model is [") &&
+                        Catch::Contains("mlp 256 A heavy-tail]"));
+  CHECK(all_weights(model) == before);
+  TinySoftplus reloaded(3);
+  io::load_model(dir / "softplus.safetensors", reloaded, TinySoftplus::type_id());
+  std::vector<float> a, b;
+  old.for_each_param([&](const std::string&, Param<float, Cpu>& p) { for (float v : p.value().to_host()) a.push_back(v); });
+  reloaded.for_each_param([&](const std::string&, Param<float, Cpu>& p) { for (float v : p.value().to_host()) b.push_back(v); });
+  CHECK(a == b);
+}
+
 TEST_CASE("a model file with a missing, extra or misshapen tensor names it", "[checkpoint]") {
   TempDir dir;
   Tiny model(3);

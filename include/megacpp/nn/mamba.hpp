@@ -10,6 +10,7 @@
 // ssm_rotary.hpp, causal_conv1d.hpp); include a backend (<megacpp/backends/cpu.hpp>) to run them.
 #pragma once
 
+#include "megacpp/nn/mamba/a_activation.hpp"
 #include "megacpp/nn/mamba/chunked_scan.hpp"
 #include "megacpp/nn/mamba/config.hpp"
 #include "megacpp/nn/mamba/conv1d.hpp"
@@ -20,4 +21,5 @@
 #include "megacpp/nn/mamba/rotary.hpp"
 #include "megacpp/nn/mamba/scan_inputs.hpp"
 #include "megacpp/nn/mamba/sequential_scan.hpp"
+#include "megacpp/nn/mamba/upstream_layout.hpp"
 #include "megacpp/nn/block.hpp"

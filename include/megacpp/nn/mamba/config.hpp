@@ -50,11 +50,12 @@ struct Mamba3Config {
   double dt_min = 0.001;       ///< dt at init is log-uniform in [dt_min, dt_max]
   double dt_max = 0.1;         ///< upper end of dt at init
   double dt_init_floor = 1e-4; ///< dt at init is at least this
-  double A_floor = 1e-4;       ///< A = -softplus(dd_A) is clamped to <= -A_floor
+  double A_floor = 1e-4;       ///< A = -phi(dd_A) is clamped to <= -A_floor
   double norm_eps = 1e-5;      ///< eps of the RMSNorms on B and C
   index_t chunk_size = 0;      ///< training scan chunk length; 0 = the policy's default
   ScanKind scan = ScanKind::chunked;  ///< which scan forward runs (chunked for training)
   bool zero_init_out_proj = true;  ///< zero out_proj at init (residual branch starts as identity, modded-nanogpt)
+  bool is_outproj_norm = false;    ///< RMSNorm of y per head (gain `norm`) before the gate; off, as in the reference
 
   /// expand * d_model.
   index_t d_inner() const { return expand * d_model; }

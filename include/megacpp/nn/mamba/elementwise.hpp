@@ -1,6 +1,6 @@
-// megacpp/nn/mamba/elementwise.hpp: softplus and clamp_max as differentiable ops.
+// megacpp/nn/mamba/elementwise.hpp: softplus, heavy_tail and clamp_max as differentiable ops.
 //
-// Both are plain elementwise maps through B::map with the functors of nn/mamba/functors.hpp, so
+// All are plain elementwise maps through B::map with the functors of nn/mamba/functors.hpp, so
 // they run on any backend. Each records one graph node (autograd's unary_op) whose backward adds
 // g * dy/dx.
 #pragma once
@@ -15,6 +15,12 @@ namespace megacpp {
 template <class T, Backend B>
 Var<T, B> softplus(const Var<T, B>& x) {
   return detail::unary_op("softplus", x, fn::Softplus{}, fn::SoftplusGrad{});
+}
+
+/// phi(x) = 1 + x for x >= 0, 1 / (1 - x) for x < 0, elementwise (Mamba-3's heavy-tail A activation).
+template <class T, Backend B>
+Var<T, B> heavy_tail(const Var<T, B>& x) {
+  return detail::unary_op("heavy_tail", x, fn::HeavyTail{}, fn::HeavyTailGrad{});
 }
 
 /// min(x, cap) elementwise; the gradient is zero where the cap is active.

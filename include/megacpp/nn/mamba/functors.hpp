@@ -31,6 +31,24 @@ struct SoftplusGrad {
   }
 };
 
+/// The heavy-tail activation of Mamba-3's data-dependent A (state-spaces/mamba mamba3.py
+/// `heavy_tail_activation`, commit c69aaab): phi(x) = 1 + x for x >= 0, 1 / (1 - x) for x < 0.
+/// Positive and continuously differentiable (phi(0) = 1, phi'(0) = 1 from both sides); its
+/// negative tail decays like 1/|x| where softplus decays like exp(x), so -phi(x) keeps A away from 0.
+struct HeavyTail {
+  /// 1 + x for x >= 0, 1 / (1 - x) below.
+  template <class T> MEGACPP_HD T operator()(T x) const { return x >= T(0) ? T(1) + x : T(1) / (T(1) - x); }
+};
+/// d phi / dx: 1 for x >= 0, 1 / (1 - x)^2 below.
+struct HeavyTailGrad {
+  /// g for x >= 0, g / (1 - x)^2 below.
+  template <class T> MEGACPP_HD T operator()(T g, T x, T) const {
+    if (x >= T(0)) return g;
+    const T r = T(1) / (T(1) - x);
+    return g * r * r;
+  }
+};
+
 /// min(x, cap): the Mamba-3 clamp A <= -A_floor.
 struct ClampMax {
   double cap;  ///< the largest value passed through

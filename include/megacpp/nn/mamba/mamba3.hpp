@@ -1,21 +1,22 @@
 // megacpp/nn/mamba/mamba3.hpp: the Mamba-3 mixer, Mamba3<T, B, SISO> and Mamba3<T, B, MIMO<R>>.
 //
 // Mamba-3 (Lahoti, Li, Chen, Wang, Bick, Kolter, Dao, Gu; arXiv 2603.15569), as the reference
-// state-spaces/mamba mamba_ssm/modules/mamba3.py computes it, per token and head (docs/recipe.md
-// "Mixers"):
+// state-spaces/mamba mamba_ssm/modules/mamba3.py computes it (checked against commit e9594ce),
+// per token and head (docs/mamba3.md):
 //
 //   [z, x, B, C, dd_dt, dd_A, trap, angle] = in_proj(u)
-//   dt     = softplus(dd_dt + dt_bias)                 A = min(-softplus(dd_A), -A_floor)
+//   dt     = softplus(dd_dt + dt_bias)                 A = min(-phi(dd_A), -A_floor)   (phi: AAct, a_activation.hpp)
 //   alpha  = exp(A dt)      lambda = sigmoid(trap)     gamma = lambda dt    beta = (1 - lambda) dt alpha
 //   theta_t = theta_{t-1} + pi tanh(angle_t) dt_t      (rotary.hpp; 0 before a document's first token)
 //   k = rotate(RMSNorm(B) + B_bias, theta)             q = rotate(RMSNorm(C) + C_bias, theta)
 //   H_t = alpha H_{t-1} + beta x_{t-1} k_{t-1}^T + gamma x_t k_t^T      (trapezoidal discretisation)
 //   y_t = H_t q_t + D x_t
-//   out = out_proj(y * silu(z))
+//   out = out_proj(y * silu(z))                        (is_outproj_norm: out_proj(RMSNorm_P(y) * norm * silu(z)))
 //
 // MIMO<R> (the reference's `mamba3_MIMO_step_ref`): x and z become R copies per head,
 // x_r = x * mimo_x[h, r], z_r = z * mimo_z[h, r]; B and C carry R rows; H sums the R outer
-// products; y_r = H q_r + D x_r, and y = sum_r mimo_o[h, r] * y_r * silu(z_r).
+// products; y_r = H q_r + D x_r, and y = sum_r mimo_o[h, r] * y_r * silu(z_r) (with is_outproj_norm,
+// y_r is first RMS-normalised over each head's P channels and scaled by norm, as the reference does).
 // No conv1d (the trapezoid and the B/C biases replace it). Document masking (docs/recipe.md "Document masking") lives in
 // the scan (state and the trapezoid's previous-token term zero at each document's first token)
 // and in rotary_angles (theta restarts); every other op acts per token.
@@ -33,6 +34,7 @@
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 #include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/nn/linear.hpp"
+#include "megacpp/nn/mamba/a_activation.hpp"
 #include "megacpp/nn/mamba/chunked_scan.hpp"
 #include "megacpp/nn/mamba/config.hpp"
 #include "megacpp/nn/mamba/decode.hpp"
@@ -60,12 +62,15 @@ Var<T, B> repeat_new_axis(const Var<T, B>& x, int axis, index_t count) {
 }  // namespace detail
 
 /// The Mamba-3 mixer: x (batch, seq, d_model) and the batch's documents -> (batch, seq, d_model).
-/// `Policy` is SISO or MIMO<R>.
-template <class T, Backend B, class Policy = SISO>
+/// `Policy` is SISO or MIMO<R>; `AAct` is the A activation phi, HeavyTailA (the reference's) or SoftplusA.
+template <class T, Backend B, class Policy = SISO, class AAct = HeavyTailA>
 struct Mamba3 {
+  static_assert(MambaAActivation<AAct>, "megacpp_mamba3_a_activation: AAct must be HeavyTailA, SoftplusA or a struct "
+                                        "with `name` and a static template phi(const Var<T, B>&)");
   using value_type = T;        ///< element type of parameters and activations
   using backend_type = B;      ///< backend the layer runs on
   using policy_type = Policy;  ///< SISO or MIMO<R>
+  using a_activation = AAct;   ///< HeavyTailA or SoftplusA
   using V = Var<T, B>;         ///< the activation type
   static constexpr index_t R = Policy::rank;  ///< MIMO rank (1 for SISO)
 
@@ -80,6 +85,7 @@ struct Mamba3 {
   Param<T, B> mimo_x;     ///< (heads, R, P), MIMO only: x up-projection, init 1 / R
   Param<T, B> mimo_z;     ///< (heads, R, P), MIMO only: z up-projection, init 1
   Param<T, B> mimo_o;     ///< (heads, R, P), MIMO only: output down-projection, init 1 / R
+  Param<T, B> norm;       ///< (d_inner), config.is_outproj_norm only: gain of the per-head RMSNorm before the gate, init 1
   Linear<T, B> out_proj;  ///< (d_model, d_inner)
 
   Mamba3() = default;
@@ -102,6 +108,7 @@ struct Mamba3 {
       mimo_z = Param<T, B>::filled({H, R, P}, Role::scalar, T(1));
       mimo_o = Param<T, B>::filled({H, R, P}, Role::scalar, T(1) / T(R));
     }
+    if (config.is_outproj_norm) norm = Param<T, B>::filled({di}, Role::norm_gain, T(1));
     out_proj = Linear<T, B>(di, config.d_model, rng, config.zero_init_out_proj ? LinearInit::zeros : LinearInit::normal);
   }
 
@@ -180,7 +187,8 @@ struct Mamba3 {
     return reshape(output(yv, br.z), Shape{batch, config.d_model});
   }
 
-  /// Visits in_proj.weight, dt_bias, B_norm, C_norm, B_bias, C_bias, D, (mimo_x, mimo_z, mimo_o), out_proj.weight.
+  /// Visits in_proj.weight, dt_bias, B_norm, C_norm, B_bias, C_bias, D, (mimo_x, mimo_z, mimo_o), (norm),
+  /// out_proj.weight.
   template <class Visitor>
   void for_each_param(Visitor&& visit, const std::string& prefix = "") {
     in_proj.for_each_param(visit, child_name(prefix, "in_proj"));
@@ -195,6 +203,7 @@ struct Mamba3 {
       visit(child_name(prefix, "mimo_z"), mimo_z);
       visit(child_name(prefix, "mimo_o"), mimo_o);
     }
+    if (config.is_outproj_norm) visit(child_name(prefix, "norm"), norm);
     out_proj.for_each_param(visit, child_name(prefix, "out_proj"));
   }
 
@@ -234,7 +243,7 @@ struct Mamba3 {
     const V dd_dt = take(H), dd_A = take(H), trap = take(H);
     br.angle = take(S);
     br.dt = softplus(dd_dt + dt_bias.var);
-    const V A = clamp_max(-softplus(dd_A), -config.A_floor);
+    const V A = clamp_max(-AAct::phi(dd_A), -config.A_floor);
     br.log_alpha = A * br.dt;
     const V lambda = sigmoid(trap);
     br.gamma = lambda * br.dt;
@@ -245,9 +254,15 @@ struct Mamba3 {
   }
 
   // y (batch, seq, heads, R, P) -> out_proj(y * silu(z)) (batch, seq, d_model); MIMO gates each
-  // rank with its own z_r and sums the ranks through mimo_o.
-  V output(const V& y, const V& z) const {
-    const index_t batch = y.shape()[0], seq = y.shape()[1], di = config.d_inner(), H = heads(), P = config.headdim;
+  // rank with its own z_r and sums the ranks through mimo_o. With is_outproj_norm, y is first
+  // RMS-normalised over each (head, rank)'s P channels and scaled by norm (the reference's
+  // RMSNormGated(d_inner, group_size=headdim, norm_before_gate=True)).
+  V output(const V& y_raw, const V& z) const {
+    const index_t batch = y_raw.shape()[0], seq = y_raw.shape()[1], di = config.d_inner(), H = heads(),
+                  P = config.headdim;
+    const V y = config.is_outproj_norm
+                    ? rmsnorm(y_raw, config.norm_eps) * detail::repeat_new_axis(reshape(norm.var, Shape{H, P}), 1, R)
+                    : y_raw;
     V gated;
     if constexpr (R > 1) {
       const V zr = detail::repeat_new_axis(reshape(z, Shape{batch, seq, H, P}), 3, R) * mimo_z.var;

@@ -2,7 +2,8 @@
 // sizes.
 //
 //   AttentionLetter<AttentionSizes{...}>   Block<GQA<T, B>> + MLP<ReLU2>   (softcap 50, RoPE, doc-masked)
-//   Mamba3Letter<MambaSizes{...}, Policy>  Block<Mamba3<T, B, Policy>> + MLP<ReLU2>   (SISO or MIMO<R>)
+//   Mamba3Letter<MambaSizes{...}, Policy, AAct>  Block<Mamba3<T, B, Policy, AAct>> + MLP<ReLU2>
+//                                          (SISO or MIMO<R>; A activation HeavyTailA or SoftplusA)
 //   Mamba2Letter<MambaSizes{...}>          Block<Mamba2<T, B>> + MLP<ReLU2>
 //   M2RNNLetter<M2RNNSizes{...}>           Block<M2RNN<T, B>> + MLP<ReLU2>   (the recurrent tail 'R')
 //
@@ -14,6 +15,7 @@
 
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "megacpp/nn/attention.hpp"
@@ -46,6 +48,7 @@ struct MambaSizes {
   index_t expand = 2;      ///< d_inner / d_model
   index_t chunk_size = 0;  ///< training scan chunk; 0: the layer's default
   index_t mlp_hidden = 0;  ///< the block's MLP width; 0: 4 d_model
+  bool outproj_norm = false;  ///< Mamba-3 only: Mamba3Config::is_outproj_norm (off, as in the reference)
   /// mlp_hidden, or its default 4 d_model.
   constexpr index_t mlp_width(index_t d_model) const { return mlp_hidden ? mlp_hidden : 4 * d_model; }
 };
@@ -137,27 +140,35 @@ struct AttentionLetter {
   };
 };
 
-/// Letter 'M' of the recipe: pre-norm Mamba-3 (Policy SISO or MIMO<R>) and an MLP<ReLU2>.
-template <MambaSizes S, class Policy = SISO>
+/// Letter 'M' of the recipe: pre-norm Mamba-3 (Policy SISO or MIMO<R>, A activation AAct) and an
+/// MLP<ReLU2>.
+template <MambaSizes S, class Policy = SISO, class AAct = HeavyTailA>
 struct Mamba3Letter {
   /// The block recipe for element type T, backend B and shared sizes D.
   template <class T, class B, Dims D>
   struct factory {
     static_assert(detail::validate_mamba_sizes<S, D>());
-    using type = Block<Mamba3<T, B, Policy>>;  ///< the block this letter builds
+    using type = Block<Mamba3<T, B, Policy, AAct>>;  ///< the block this letter builds
     /// The Mamba-3 configuration derived from S and D.
-    static Mamba3Config config() { return detail::mamba_config<Mamba3Config>(S, D.d_model); }
+    static Mamba3Config config() {
+      Mamba3Config c = detail::mamba_config<Mamba3Config>(S, D.d_model);
+      c.is_outproj_norm = S.outproj_norm;
+      return c;
+    }
     /// Builds one block, drawing its initial weights from rng.
     static type make(Rng& rng) {
-      return detail::make_block_with_mlp<Mamba3<T, B, Policy>>(config(), D.d_model, S.mlp_width(D.d_model), rng);
+      return detail::make_block_with_mlp<Mamba3<T, B, Policy, AAct>>(config(), D.d_model, S.mlp_width(D.d_model), rng);
     }
-    /// "Mamba3 SISO N16 P32 x2 mlp 256".
+    /// "Mamba3 SISO N16 P32 x2 mlp 256 A heavy-tail". SoftplusA adds no "A ..." so that its id is the
+    /// one written before the A rule was a policy: those checkpoints load into a SoftplusA model.
     static std::string describe() {
       std::ostringstream os;
       os << "Mamba3 " << Policy::name;
       if (Policy::rank > 1) os << Policy::rank;
       os << " N" << S.d_state << " P" << S.headdim << " x" << S.expand << " mlp " << S.mlp_width(D.d_model);
       if (S.chunk_size) os << " chunk " << S.chunk_size;
+      if (S.outproj_norm) os << " outproj_norm";
+      if constexpr (!std::is_same_v<AAct, SoftplusA>) os << " A " << AAct::name;
       return os.str();
     }
   };
@@ -170,6 +181,8 @@ struct Mamba2Letter {
   template <class T, class B, Dims D>
   struct factory {
     static_assert(detail::validate_mamba_sizes<S, D>());
+    static_assert(!S.outproj_norm, "megacpp_dims_mamba2_outproj_norm: Mamba-2 always has its gated RMSNorm; "
+                                   "MambaSizes::outproj_norm is a Mamba-3 option, leave it false");
     using type = Block<Mamba2<T, B>>;  ///< the block this letter builds
     /// The Mamba-2 configuration derived from S and D.
     static Mamba2Config config() { return detail::mamba_config<Mamba2Config>(S, D.d_model); }

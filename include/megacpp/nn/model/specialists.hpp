@@ -1,7 +1,7 @@
 // megacpp/nn/model/specialists.hpp: the recipe's letter table and its specialist model types.
 //
 // Letter 'A': pre-norm GQA attention block (softcap 50, RoPE, document-masked) + MLP<ReLU2>.
-// Letter 'M': pre-norm Mamba-3 (SISO) block + MLP<ReLU2>.
+// Letter 'M': pre-norm Mamba-3 (SISO; MIMO<R> in RecipeMIMOLetters) block + MLP<ReLU2>.
 // Letter 'R': pre-norm M2RNN block + MLP<ReLU2> (the recurrent tail, docs/m2rnn.md).
 // Letter 'E' (RecipeMoELetters): pre-norm MoE feed-forward, no mixer (docs/moe.md).
 // Sizes: d16 ~400M C++ generator, d24 ~877M production target, d10 100M CMake specialist;
@@ -36,6 +36,15 @@ using RecipeMoELM = LM<T, B, D, Pattern<P>, RecipeMoELetters<A, M, E, Routing, R
 /// A model of the recipe's family with multi-token prediction of depth 1 (nn/model/mtp.hpp).
 template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}>
 using RecipeMtpLM = LM<T, B, D, Pattern<P>, RecipeLetters<A, M>, HeadSoftcap<30>, MtpDepth1<'A'>>;
+
+/// The recipe's letter table with 'M' building Mamba-3 MIMO<R> (the paper's rank 4 by default)
+/// instead of SISO; 'A' as in RecipeLetters.
+template <AttentionSizes A, MambaSizes M = MambaSizes{}, index_t R = 4>
+using RecipeMIMOLetters = Letters<Letter<'A', AttentionLetter<A>>, Letter<'M', Mamba3Letter<M, MIMO<R>>>>;
+
+/// A model of the recipe's family whose 'M' layers are Mamba-3 MIMO<R>.
+template <class T, Backend B, Dims D, FixedString P, AttentionSizes A, MambaSizes M = MambaSizes{}, index_t R = 4>
+using RecipeMIMOLM = LM<T, B, D, Pattern<P>, RecipeMIMOLetters<A, M, R>>;
 
 /// Tiny hybrid for tests and the default training run (byte vocabulary padded to 264).
 inline constexpr Dims kTinyDims{.d_model = 64, .n_layers = 3, .vocab = 264, .max_seq = 4096};
