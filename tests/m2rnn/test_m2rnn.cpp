@@ -143,7 +143,7 @@ TEST_CASE("m2rnn_recurrence: the backward's gradients do not depend on checkpoin
   }
 }
 
-TEST_CASE("m2rnn_recurrence: gradient clipping bounds the state gradient; a bound never reached changes nothing",
+TEST_CASE("m2rnn_recurrence: gradient clipping bounds the state gradient, and a bound never reached changes nothing",
           "[m2rnn][op]") {
   const index_t B = 1, T = 6, H = 1, K = 2, V = 2;
   const Docs docs = docs_for({{6}});
