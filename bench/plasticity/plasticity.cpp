@@ -21,7 +21,7 @@ using namespace megacpp;
 using Model = TinyLM<float, Cpu>;
 
 namespace {
-constexpr index_t kBatch = 16, kSeq = 256, kAccumulation = 2, kDocLen = 32;
+constexpr index_t kBatch = 16, kSeq = 256, kDocLen = 32;
 constexpr std::int32_t kBos = 0;
 
 struct Batch {

@@ -77,10 +77,10 @@ int parse_and_train(int argc, char** argv) {
        "phase: FIRE when resuming into phase 2 or 3 from an earlier phase | now: also at this run's start (once per phase) | force | off")
       ("fire_targets", po::value(&o.plasticity.fire_targets)->default_value(o.plasticity.fire_targets), "attention_qk | aggressive (every 2-D matrix)")
       ("dash_every", po::value(&o.plasticity.dash_every)->default_value(0, "off"), "steps between DASH passes")
-      ("dash_threshold", po::value(&o.plasticity.dash_threshold)->default_value(o.plasticity.dash_threshold), "DASH shrinks rows whose cosine with their gradient exceeds this")
-      ("dash_min_factor", po::value(&o.plasticity.dash_min_factor)->default_value(o.plasticity.dash_min_factor), "DASH's smallest shrink factor")
+      ("dash_threshold", po::value(&o.plasticity.dash_threshold)->default_value(o.plasticity.dash_threshold, shown_default(o.plasticity.dash_threshold)), "DASH shrinks rows whose cosine with their gradient exceeds this")
+      ("dash_min_factor", po::value(&o.plasticity.dash_min_factor)->default_value(o.plasticity.dash_min_factor, shown_default(o.plasticity.dash_min_factor)), "DASH's smallest shrink factor")
       ("redo_every", po::value(&o.plasticity.redo_every)->default_value(0, "off"), "steps between ReDo passes")
-      ("redo_tau", po::value(&o.plasticity.redo_tau)->default_value(o.plasticity.redo_tau), "ReDo recycles units whose activity is at most this x the layer mean")
+      ("redo_tau", po::value(&o.plasticity.redo_tau)->default_value(o.plasticity.redo_tau, shown_default(o.plasticity.redo_tau)), "ReDo recycles units whose activity is at most this x the layer mean")
       ("redo_min_history", po::value(&o.plasticity.redo_min_history)->default_value(0, "redo_every x accumulation"), "forward passes ReDo needs before it judges");
   po::options_description sample("Sample printed at the end");
   sample.add_options()

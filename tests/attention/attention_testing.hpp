@@ -40,7 +40,7 @@ Tensor<T, Cpu> seq_rows(const Tensor<T, Cpu>& x, index_t t0, index_t t1) {
   Shape s = x.shape();
   const index_t inner = x.numel() / (s[0] * s[1]);
   REQUIRE(s[0] == 1);
-  s[1] = t1 - t0;
+  s.set(1, t1 - t0);
   Tensor<T, Cpu> out(s);
   std::memcpy(out.data(), x.data() + t0 * inner, static_cast<std::size_t>((t1 - t0) * inner) * sizeof(T));
   return out;

@@ -36,3 +36,13 @@ TEST_CASE("Tensor refuses shapes whose bytes overflow size_t before allocating",
   CHECK(empty.numel() == 0);
   CHECK(empty.to_host().empty());
 }
+
+TEST_CASE("Shape::set checks the value and the axis (there is no writable reference that skips them)", "[shape][errors]") {
+  Shape s{2, 3, 4};
+  s.set(-1, 5);
+  CHECK(s == Shape{2, 3, 5});
+  CHECK_THROWS_WITH(s.set(0, -1), Contains("set to negative -1"));
+  CHECK_THROWS_WITH(s.set(3, 1), Contains("axis 3 out of range for shape (2, 3, 5)"));
+  CHECK(s == Shape{2, 3, 5});
+  CHECK_THROWS_WITH(s.with(1, -2), Contains("set to negative -2"));
+}

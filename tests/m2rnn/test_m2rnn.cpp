@@ -271,7 +271,7 @@ TEST_CASE("RecipeLM \"AMR\": the R letter composes with attention and Mamba-3, t
   static_assert(std::is_same_v<HybridAMR::block_type<2>, Block<M2RNN<double, Cpu>>>);
   CHECK(HybridAMR::type_id() ==
         "F64 LM \"AMR\" d_model 32 layers 3 vocab 64 max_seq 128; A: GQA heads 4/1 head_dim 8 window 0 mlp 128; "
-        "M: Mamba3 SISO N8 P16 x2 mlp 128; R: M2RNN heads 2 K8 V8 conv 4 mlp 128");
+        "M: Mamba3 SISO N8 P16 x2 mlp 128 A heavy-tail; R: M2RNN heads 2 K8 V8 conv 4 mlp 128");
   HybridAMR model(61);
   // the R block's parameter count, pinned: M2RNN (in_proj 32 x (2 (16 + 8) + 2 + 16), conv 48 x 4 + 48,
   // W 2 x 8 x 8, A_log 2, dt_bias 2, D 16, g_norm 16, out_proj 16 x 32) and its MLP (2 x 32 x 128)

@@ -261,7 +261,7 @@ void check_pack_equals_alone(index_t TA, index_t TB, index_t H, index_t R, index
     const index_t per_token = x.numel() / (TA + TB);
     const auto all = x.value().to_host();
     Shape s = x.shape();
-    s[1] = TB;
+    s.set(1, TB);
     return V64::parameter(T64::from_host(s, std::vector<double>(all.begin() + TA * per_token, all.end())));
   };
   ScanInputs<double, Cpu> in_b{tail(in.q), tail(in.k), tail(in.v), tail(in.log_alpha), tail(in.gamma), tail(in.shift), in.D};

@@ -28,8 +28,12 @@ class Shape {
   int rank() const { return rank_; }
   /// Negative axes count from the end, as in numpy: shape[-1] is the last dim.
   index_t operator[](int axis) const { return dims_[normalize_axis(axis)]; }
-  /// Same, writable.
-  index_t& operator[](int axis) { return dims_[normalize_axis(axis)]; }
+  /// Sets dim `axis` (negative counts from the end) to `value`; throws Error naming the shape for
+  /// an axis out of range or a negative value (no writable reference that skips that check).
+  void set(int axis, index_t value) {
+    check(value >= 0, "Shape", "dim ", axis, " of ", to_string(), " set to negative ", value);
+    dims_[normalize_axis(axis)] = value;
+  }
   /// First dim (for range-for).
   const index_t* begin() const { return dims_.data(); }
   /// One past the last dim.
@@ -71,7 +75,7 @@ class Shape {
   /// This shape with dim `axis` set to `value`.
   Shape with(int axis, index_t value) const {
     Shape s = *this;
-    s[axis] = value;
+    s.set(axis, value);
     return s;
   }
   /// Appends a dim (throws beyond kMaxRank).

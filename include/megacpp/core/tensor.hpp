@@ -111,7 +111,7 @@ class Tensor {
     check(rank() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "Tensor::rows",
           "range [", begin, ", ", end, ") invalid for shape ", shape_);
     Tensor t = *this;
-    t.shape_[0] = end - begin;
+    t.shape_.set(0, end - begin);
     t.data_ = data_ + begin * shape_.prod(1, rank());
     return t;
   }
@@ -157,7 +157,7 @@ class Tensor {
     }
     if (unknown >= 0) {
       check(known > 0 && numel() % known == 0, "reshape", "cannot infer -1 viewing ", shape_);
-      s[unknown] = numel() / known;
+      s.set(unknown, numel() / known);
     }
     return s;
   }

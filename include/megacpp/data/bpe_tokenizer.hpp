@@ -1,10 +1,9 @@
 /// \file
 /// megacpp/data/bpe_tokenizer.hpp: byte-level BPE loaded from a HuggingFace `tokenizer.json`.
 ///
-/// OPTIONAL COMPONENT: this header needs nlohmann_json (Debian: nlohmann-json3-dev; CMake:
-/// `find_package(nlohmann_json 3 REQUIRED)` and link `nlohmann_json::nlohmann_json`). It is NOT
-/// included by megacpp/data.hpp or megacpp/megacpp.hpp, so the rest of megacpp keeps no such
-/// dependency: include it directly where a BPE vocabulary is wanted.
+/// OPTIONAL COMPONENT: needs nlohmann_json and PCRE2 (Debian: nlohmann-json3-dev, libpcre2-dev;
+/// CMake: megacpp_link_bpe_tokenizer, or nlohmann_json::nlohmann_json and pkg-config libpcre2-8).
+/// Not included by megacpp/data.hpp or megacpp/megacpp.hpp: include it where BPE is wanted.
 ///
 /// What it reads (HF tokenizers, "The tokenization pipeline" and the `tokenizer.json` that
 /// `Tokenizer.save` writes): `model` with `type` "BPE", `vocab` (token -> id) and `merges`
@@ -14,23 +13,15 @@
 /// GPT-2's bytes_to_unicode (openai/gpt-2 src/encoder.py), so "Ġint" is the bytes " int".
 ///
 /// Encoding, per run of text between added tokens: the file's `pre_tokenizer` run as written
-/// (megacpp/data/pre_tokenizer.hpp: Split by regex with PCRE2, ByteLevel, Digits, Sequence; GPT-2's
-/// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` and Llama-3's
-/// own Split pattern alike), then BPE on each piece: the adjacent pair with the lowest merge rank
+/// (megacpp/data/pre_tokenizer.hpp, GPT-2's and Llama-3's regexes alike), then BPE on each piece: the adjacent pair with the lowest merge rank
 /// merges first (leftmost on ties), until no pair has a merge (Sennrich et al. 2016, arXiv
 /// 1508.07909; the priority queue of HF models/bpe/word.rs). BPE `ignore_merges` (Llama-3: a piece
 /// that is a whole vocab token is taken as it is) is honoured.
 ///
-/// Exact or refused: a configuration this class cannot reproduce token for token is an error
-/// naming the part (a `normalizer`, a pre-tokenizer step other than Sequence/ByteLevel/Split/
-/// Digits, no ByteLevel step, BPE `dropout`, added tokens with `lstrip`/`rstrip`/`single_word`,
-/// model types other than BPE). Not part of encoding and so ignored: `post_processor` (the
-/// special tokens Hugging Face adds with add_special_tokens=True; megacpp adds BOS/EOS itself),
-/// `truncation`, `padding`. tests/data/test_bpe_agreement.cpp checks agreement with Hugging Face
-/// `tokenizers` on GPT-2-style and Llama-3-style files (scripts/tokenizer-goldens.py).
-///
-/// OPTIONAL COMPONENT (continued): the pre-tokenizer needs PCRE2 (Debian: libpcre2-dev; link
-/// `pkg-config libpcre2-8`) besides nlohmann_json.
+/// Exact or refused: what this class cannot reproduce token for token is an error naming it (a
+/// `normalizer`, other pre-tokenizer steps, BPE `dropout`, lstrip/rstrip/single_word added tokens,
+/// non-BPE models); `post_processor`, `truncation` and `padding` are not part of encoding.
+/// tests/data/test_bpe_agreement.cpp: agreement with HF `tokenizers` (scripts/tokenizer-goldens.py).
 #pragma once
 
 #include <algorithm>

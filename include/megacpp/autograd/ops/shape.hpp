@@ -44,8 +44,8 @@ Var<T, B> transpose(const Var<T, B>& x, int axis0, int axis1) {
   if (a0 == a1) return reshape(x, s);  // swapping an axis with itself: identity
   if (a0 > a1) std::swap(a0, a1);
   Shape out = s;
-  out[a0] = s[a1];
-  out[a1] = s[a0];
+  out.set(a0, s[a1]);
+  out.set(a1, s[a0]);
   const index_t outer = s.prod(0, a0), d0 = s[a0], mid = s.prod(a0 + 1, a1), d1 = s[a1],
                 inner = s.prod(a1 + 1, s.rank());
   Tensor<T, B> y(out);

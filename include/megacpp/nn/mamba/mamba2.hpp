@@ -177,7 +177,7 @@ struct Mamba2 {
     const V gated = y * silu(z);
     if (config.ngroups == 1) return out_proj.forward(rmsnorm(gated, norm.var, config.norm_eps));
     Shape grouped = gated.shape();
-    grouped[-1] = config.ngroups;
+    grouped.set(-1, config.ngroups);
     grouped.push_back(config.d_inner() / config.ngroups);
     const V normed = reshape(rmsnorm(reshape(gated, grouped), config.norm_eps), gated.shape()) * norm.var;
     return out_proj.forward(normed);
