@@ -17,16 +17,16 @@
 ///                           (invert: the gaps play the matches' part and the other way round)
 ///   ByteLevel{add_prefix_space, use_regex}   a space before each piece that lacks one, then
 ///                                     (use_regex) a Split by GPT-2's pattern, Isolated:
-///       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+///       `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 ///                                     (openai/gpt-2 src/encoder.py `pat`)
-///   Digits{individual_digits}         numeric characters (\p{N}, Rust's char::is_numeric) cut
+///   Digits{individual_digits}         numeric characters (`\p{N}`, Rust's char::is_numeric) cut
 ///                                     the piece, each alone or as runs (Contiguous)
 ///   Sequence{pretokenizers}           the steps in order.
 /// Empty pieces are dropped. Any other step type is refused by name: an approximation would be
 /// a tokenization that silently differs from the one the vocabulary was trained with.
 ///
 /// Regexes: Hugging Face compiles Split patterns with Oniguruma; PCRE2 with PCRE2_UTF and
-/// PCRE2_UCP (\p{..}, \s, \d and case folding by Unicode properties) matches them on the
+/// PCRE2_UCP (`\p{..}`, `\s`, `\d` and case folding by Unicode properties) matches them on the
 /// patterns of GPT-2, Llama-3 and StarCoder tokenizers (tests/data/test_bpe_agreement.cpp checks
 /// token-for-token agreement on 12 documents, scripts/tokenizer-goldens.py writes them).
 ///
@@ -35,6 +35,7 @@
 /// its own, so every byte string still encodes and decodes back exactly.
 #pragma once
 
+/// PCRE2's 8-bit library (UTF-8 subjects and patterns), chosen before <pcre2.h> as it requires.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 

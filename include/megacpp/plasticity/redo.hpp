@@ -154,6 +154,8 @@ class ReDoTracker {
     index_t history = 0;       ///< recorded passes since attach or the last recycle
   };
 
+  /// A tracker with options `o`; throws naming the option for tau < 0, an EMA decay outside
+  /// [0, 1) or a minimum history below 1.
   explicit ReDoTracker(ReDoOptions o = {}) : state_(std::make_shared<State>()) {
     check(o.tau >= 0 && o.ema_decay >= 0 && o.ema_decay < 1 && o.min_history >= 1, "redo",
           "need tau >= 0, ema_decay in [0, 1) and min_history >= 1, got ", o.tau, ", ", o.ema_decay, ", ", o.min_history);

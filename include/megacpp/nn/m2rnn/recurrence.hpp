@@ -45,7 +45,11 @@ namespace megacpp {
 /// Sizes of one M2RNN recurrence: q, k (batch, seq, heads, K), v (batch, seq, heads, V),
 /// f (batch, seq, heads), W (heads, V, V).
 struct M2RNNGeometry {
-  index_t batch = 0, seq = 0, heads = 0, k_dim = 0, v_dim = 0;
+  index_t batch = 0;  ///< rows
+  index_t seq = 0;    ///< tokens per row
+  index_t heads = 0;  ///< recurrent heads
+  index_t k_dim = 0;  ///< K: rows of each head's state (q and k width)
+  index_t v_dim = 0;  ///< V: columns of each head's state (v width; W is V x V)
   double gradient_clipping = 0;  ///< clamp of the state gradient in the backward; 0: none
   index_t checkpoint_every = 64;  ///< tokens per saved state (the backward recomputes the rest)
   /// Saved states per (row, head): ceil(seq / checkpoint_every).

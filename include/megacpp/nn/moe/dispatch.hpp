@@ -44,7 +44,9 @@ struct MoELoad {
 
 /// The permutation of one step, built on the host from the selected experts (tokens, k).
 struct DispatchPlan {
-  index_t tokens = 0, k = 0, experts = 0;
+  index_t tokens = 0;   ///< tokens routed this step
+  index_t k = 0;        ///< experts per token
+  index_t experts = 0;  ///< routed experts
   std::vector<index_t> offsets;             ///< experts + 1: group layout of the sorted buffer
   std::vector<std::int32_t> token_of_row;   ///< rows: the token each sorted row came from
   std::vector<std::int32_t> slot_of_row;    ///< rows: token * k + slot of each sorted row
