@@ -228,7 +228,8 @@ class ReDoTracker {
             " observed units do not agree");
       if (o.repair_state)
         for (optim::ParamRef<T, B>* q : {p.in, p.bias, p.out})
-          check(!q || opt.owns(q->name), "redo", "'", q->name, "' is not owned by the optimiser whose state ReDo must clear");
+          if (q)  // (check's message arguments are evaluated whatever the condition: no q->name on null)
+            check(opt.owns(q->name), "redo", "'", q->name, "' is not owned by the optimiser whose state ReDo must clear");
       plans.push_back(p);
     }
     std::vector<ReDoEntry> out;
