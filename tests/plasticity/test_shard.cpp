@@ -29,7 +29,8 @@ TEST_CASE("shard0_bounds: base plus remainder, the first ranks one row more, cov
 }
 
 TEST_CASE("FIRE at world 2 (uneven rows) equals world 1", "[plasticity][shard][fire]") {
-  for (const auto& [rows, cols] : std::vector<std::pair<index_t, index_t>>{{37, 16}, {9, 24}, {64, 64}}) {
+  for (const auto& size : std::vector<std::pair<index_t, index_t>>{{37, 16}, {9, 24}, {64, 64}}) {
+    const index_t rows = size.first, cols = size.second;  // not a structured binding: the lambda below uses them
     CAPTURE(rows, cols);
     auto whole = random_matrix<float>(rows, cols, static_cast<std::uint64_t>(rows + cols), 0.1);
     const std::vector<float> start = whole.to_host();
