@@ -8,7 +8,6 @@
 // Every flag is checked before the model is loaded, --tokens against the model's context, and
 // every failure is one line and an exit code (common/cli.hpp, docs/trainer.md).
 #include <cstdio>
-#include <optional>
 #include <sstream>
 #include <string>
 
