@@ -279,3 +279,18 @@ TEST_CASE("load_upstream_mamba3: a file that does not fit the layer is refused w
   CHECK_THROWS_WITH(load_upstream_mamba3(siso, io::SafetensorsReader(dir / "no_d.safetensors")), Contains("no tensor named \"D\""));
   CHECK(siso.in_proj.weight.value().to_host() == before);
 }
+
+TEST_CASE("load_upstream_mamba3: a bf16 release loads into an fp32 layer by value", "[mamba][upstream]") {
+  TempDir dir;
+  RefConfig c;
+  const TensorSet t = reference_tensors(c, 12);
+  io::SafetensorsWriter w;  // the reference publishes bf16 weights
+  for (const auto& [name, v] : t) w.add(name, Tensor<double, Cpu>::from_host(v.first, v.second).to<bf16>());
+  w.write(dir / "bf16.safetensors");
+  Rng rng(13);
+  Mamba3<float, Cpu, SISO> layer(layer_config(c), rng);
+  load_upstream_mamba3(layer, io::SafetensorsReader(dir / "bf16.safetensors"));
+  const auto& in = t.at("in_proj.weight");
+  const auto want = Tensor<double, Cpu>::from_host(in.first, in.second).to<bf16>().to<float>().to_host();
+  CHECK(layer.in_proj.weight.value().to_host() == want);  // SISO: no renumbering, so element for element
+}

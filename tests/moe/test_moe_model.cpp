@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "data/temp_dir.hpp"
+#include "megacpp/io.hpp"
 #include "megacpp/optim.hpp"
 
 using namespace megacpp;
@@ -178,4 +180,24 @@ TEST_CASE("'E' letter: the hybrid optimiser gives the router to AdamW and each e
   backward(model.loss(ids, targets, mask, docs));
   opt.step();
   CHECK(std::get<1>(model.blocks).ffn.router.proj.weight.value().to_host() != before);
+}
+
+TEST_CASE("'E' letter: a sigmoid router's balancing bias is saved and loaded with the weights", "[moe][model][checkpoint]") {
+  TempDir dir;
+  AemLM<float, SigmoidBiasTopK> source(7);
+  std::get<1>(source.blocks).ffn.routing.bias = {0.25, -0.125, 0.0625, -0.5};
+  io::save_model(dir / "model.safetensors", source, source.type_id());
+  const io::SafetensorsReader reader(dir / "model.safetensors");
+  CHECK(reader.entry("blocks.1.ffn.routing.bias").dtype == "F64");
+
+  AemLM<float, SigmoidBiasTopK> loaded(8);
+  io::load_model(dir / "model.safetensors", loaded, loaded.type_id());
+  CHECK(std::get<1>(loaded.blocks).ffn.routing.bias == std::vector<double>{0.25, -0.125, 0.0625, -0.5});
+
+  // A checkpoint without the bias (a softmax-routed model's) is refused by name, the model unchanged.
+  AemLM<float> softmax_model(9);
+  io::save_model(dir / "softmax.safetensors", softmax_model, loaded.type_id());
+  CHECK_THROWS_WITH(io::load_model(dir / "softmax.safetensors", loaded, loaded.type_id()),
+                    Contains("blocks.1.ffn.routing.bias"));
+  CHECK(std::get<1>(loaded.blocks).ffn.routing.bias[3] == -0.5);
 }

@@ -2,6 +2,8 @@
 //
 // A model file holds one tensor per parameter under the model's dotted parameter names
 // (for_each_param: "embedding.weight", "blocks.2.mixer.in_proj.weight", ...), tied weights once,
+// non-trainable layer state (for_each_state, autograd/module.hpp: a sigmoid router's balancing
+// bias, "blocks.1.ffn.routing.bias") as F64 tensors,
 // and the model's type in the metadata ("megacpp.model", e.g. LM::type_id()) so a checkpoint of
 // another model type is refused before any tensor is read. An optimizer file holds every state tensor
 // under its state name ("exp_avg.<param>", "momentum_buffer.<param>") and the integer step
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "megacpp/io/safetensors.hpp"
+#include "megacpp/autograd/module.hpp"
 #include "megacpp/autograd/param.hpp"
 
 namespace megacpp::io {
@@ -42,6 +45,10 @@ void save_model(const std::filesystem::path& path, Model& model, const std::stri
   model.for_each_param([&](const std::string& name, Param<T, B>& p) {
     if (seen.insert(p.var.value().data()).second) writer.add(name, p.var.value());
   });
+  if constexpr (ModuleWithState<Model>)
+    model.for_each_state([&](const std::string& name, std::vector<double>& state) {
+      writer.add(name, Tensor<double, B>::from_host(Shape{static_cast<index_t>(state.size())}, state));
+    });
   writer.write(path);
 }
 
@@ -69,10 +76,18 @@ void load_model(const std::filesystem::path& path, Model& model, const std::stri
     if constexpr (std::is_floating_point_v<T>) staged.emplace_back(&p, reader.read_as<T, B>(name, &shape));
     else staged.emplace_back(&p, reader.read<T, B>(name, &shape));
   });
+  std::vector<std::pair<std::vector<double>*, std::vector<double>>> staged_state;
+  if constexpr (ModuleWithState<Model>)
+    model.for_each_state([&](const std::string& name, std::vector<double>& state) {
+      expected.insert(name);
+      const Shape shape{static_cast<index_t>(state.size())};
+      staged_state.emplace_back(&state, reader.read_as<double, B>(name, &shape).to_host());
+    });
   for (const auto& name : reader.names())
     check(expected.count(name) != 0, "load_model", path.string(), " holds tensor \"", name,
           "\" which this model does not have");
   for (auto& [p, value] : staged) p->var.mutable_value().assign(value);
+  for (auto& [state, value] : staged_state) *state = std::move(value);
 }
 
 /// Writes the state of optimizer `opt` (for_each_state) to `path` (atomically).

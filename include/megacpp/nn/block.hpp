@@ -186,6 +186,13 @@ struct Block {
     if constexpr (has_feed_forward) ffn.for_each_param(visit, child_name(prefix, "ffn"));
   }
 
+  /// Visits the non-trainable state of mixer and feed-forward (autograd/module.hpp), if any.
+  template <class Visitor>
+  void for_each_state(Visitor&& visit, const std::string& prefix = "") {
+    if constexpr (has_mixer) visit_state(mixer, visit, child_name(prefix, "mixer"));
+    if constexpr (has_feed_forward) visit_state(ffn, visit, child_name(prefix, "ffn"));
+  }
+
  private:
   V forward_impl(const V& x, const DocumentLayout<backend_type>& docs, Aux* aux) const {
     V h = x;

@@ -51,8 +51,10 @@ inline std::vector<index_t> upstream_mimo_state_order(index_t N, index_t S) {
 
 /// Loads the reference module's tensors `prefix + name` from `file` into `layer`, renumbering the
 /// state channels of a MIMO layer (file comment). `file` is an io::SafetensorsReader or anything
-/// with `contains(name)` and `read<T, B>(name, const Shape* expected)`. Throws megacpp::Error naming
-/// the tensor for a missing tensor, a dtype or shape mismatch, or a tensor that says the layer was
+/// with `contains(name)` and `read<T, B>(name, const Shape* expected)`. A source with `read_as`
+/// (SafetensorsReader) converts other floating dtypes by value, so the reference's bf16 releases
+/// load into fp32 layers. Throws megacpp::Error naming
+/// the tensor for a missing tensor, a non-floating dtype or a shape mismatch, or a tensor that says the layer was
 /// built differently (mimo_* for a SISO layer, norm.weight without is_outproj_norm); nothing changes
 /// before every tensor has been read.
 template <class T, Backend B, class Policy, class AAct, class Source>
@@ -75,7 +77,10 @@ void load_upstream_mamba3(Mamba3<T, B, Policy, AAct>& layer, const Source& file,
   staged.reserve(12);  // at most 12 tensors, so the references read() returns stay valid
   const auto read = [&](const char* name, Param<T, B>& p) -> std::vector<T>& {
     const Shape shape = p.shape();
-    staged.emplace_back(&p, file.template read<T, B>(prefix + name, &shape).to_host());
+    if constexpr (requires { file.template read_as<T, B>(prefix + name, &shape); })
+      staged.emplace_back(&p, file.template read_as<T, B>(prefix + name, &shape).to_host());
+    else
+      staged.emplace_back(&p, file.template read<T, B>(prefix + name, &shape).to_host());
     return staged.back().second;
   };
   // Renumbers the state channels of `count` consecutive blocks of N channels starting at element

@@ -231,6 +231,14 @@ struct LM {
     if constexpr (has_mtp) mtp.for_each_param(visit, child_name(prefix, "mtp"));
   }
 
+  /// Visits the non-trainable state of every block and the MTP module (autograd/module.hpp):
+  /// e.g. "blocks.1.ffn.routing.bias" of a sigmoid-routed MoE layer.
+  template <class Visitor>
+  void for_each_state(Visitor&& visit, const std::string& prefix = "") {
+    apply_blocks_state(visit, prefix, std::make_index_sequence<D.n_layers>{});
+    if constexpr (has_mtp) visit_state(mtp, visit, child_name(prefix, "mtp"));
+  }
+
   /// Applies f(layer_index, block) to every block.
   template <class F>
   void for_each_block(F&& f) {
@@ -335,6 +343,10 @@ struct LM {
   template <class Visitor, std::size_t... I>
   void visit_blocks(Visitor& visit, const std::string& prefix, std::index_sequence<I...>) {
     (std::get<I>(blocks).for_each_param(visit, child_name(prefix, "blocks." + std::to_string(I))), ...);
+  }
+  template <class Visitor, std::size_t... I>
+  void apply_blocks_state(Visitor& visit, const std::string& prefix, std::index_sequence<I...>) {
+    (visit_state(std::get<I>(blocks), visit, child_name(prefix, "blocks." + std::to_string(I))), ...);
   }
   template <class F, std::size_t... I>
   void apply_blocks(F& f, std::index_sequence<I...>) {

@@ -128,6 +128,12 @@ struct MultiTokenPrediction {
     block.for_each_param(visit, child_name(prefix, "block"));
   }
 
+  /// Visits the block's non-trainable state (autograd/module.hpp), if any.
+  template <class Visitor>
+  void for_each_state(Visitor&& visit, const std::string& prefix = "") {
+    visit_state(block, visit, child_name(prefix, "block"));
+  }
+
  private:
   double weight_ = 0.3;  // DeepSeek-V3's first lambda (section 4.2: 0.3, then 0.1)
 };

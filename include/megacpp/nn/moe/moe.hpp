@@ -145,6 +145,13 @@ struct MoE {
     if (config.shared_experts > 0) shared.for_each_param(visit, child_name(prefix, "shared"));
   }
 
+  /// Visits the routing rule's balancing bias as "routing.bias" when the rule has one
+  /// (SigmoidBiasTopK): not a parameter, but it decides the experts, so checkpoints carry it.
+  template <class Visitor>
+  void for_each_state(Visitor&& visit, const std::string& prefix = "") {
+    if constexpr (requires { routing.bias; }) visit(child_name(prefix, "routing.bias"), routing.bias);
+  }
+
  private:
   mutable MoELoad last_load_;
 

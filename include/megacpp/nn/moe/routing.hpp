@@ -17,8 +17,8 @@
 //                    (the auxiliary-loss-free balancing of Wang et al., arXiv 2408.15664).
 //
 // State: SigmoidBiasTopK's bias is host state of the balancing controller, changed only by
-// update_bias, never by the gradient; it is not a Param (not saved by checkpoints yet: a resumed
-// run restarts it at 0). The balance loss is computed from the step's batch.
+// update_bias, never by the gradient; it is not a Param but layer state (MoE::for_each_state), which
+// checkpoints save beside the weights, so a resumed run continues with the bias it had. The balance loss is computed from the step's batch.
 #pragma once
 
 #include <cstdint>
