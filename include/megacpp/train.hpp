@@ -4,4 +4,5 @@
 #pragma once
 
 #include "megacpp/train/curriculum.hpp"
+#include "megacpp/train/gspo.hpp"
 #include "megacpp/train/mtp_schedule.hpp"
