@@ -10,6 +10,7 @@
 #include "megacpp/autograd/ops/cross_entropy.hpp"
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/embedding.hpp"
+#include "megacpp/autograd/ops/gated_combine.hpp"
 #include "megacpp/autograd/ops/grouped_matmul.hpp"
 #include "megacpp/autograd/ops/matmul.hpp"
 #include "megacpp/autograd/ops/reduce.hpp"

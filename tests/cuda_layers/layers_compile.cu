@@ -18,7 +18,7 @@ using namespace megacpp;
 
 // What the CUDA backend implements today (docs/architecture.md, "Kernel contracts").
 static_assert(kernels::AllKernels::implemented_by<Cuda>() ==
-                  std::array<bool, kernels::AllKernels::size>{false, false, false, false, true, true},
+                  std::array<bool, kernels::AllKernels::size>{false, false, false, false, true, true, true},
               "update this list (and docs/architecture.md) when a kernel contract gains a CUDA implementation");
 
 // Every block type and the recipe's model types are complete types for Cuda: their declarations,

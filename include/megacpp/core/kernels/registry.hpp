@@ -14,6 +14,7 @@
 #include "megacpp/core/kernels/attention.hpp"
 #include "megacpp/core/kernels/causal_conv1d.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
+#include "megacpp/core/kernels/gated_combine.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 #include "megacpp/core/kernels/ssm_scan.hpp"
@@ -30,11 +31,12 @@ struct KernelList {
 };
 
 /// Every kernel contract, in the order of kKernelNames.
-using AllKernels = KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm>;
+using AllKernels =
+    KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm, GatedCombine>;
 
 /// The contracts' names, in the order of AllKernels.
-inline constexpr std::array<std::string_view, 6> kKernelNames{"FusedAttention", "SsmScan", "SsmRotary", "CausalConv1d",
-                                                               "SoftcapCrossEntropy", "GroupedGemm"};
+inline constexpr std::array<std::string_view, 7> kKernelNames{
+    "FusedAttention", "SsmScan", "SsmRotary", "CausalConv1d", "SoftcapCrossEntropy", "GroupedGemm", "GatedCombine"};
 static_assert(AllKernels::size == kKernelNames.size(),
               "megacpp_kernel_registry: a contract was added to AllKernels without its name in kKernelNames");
 

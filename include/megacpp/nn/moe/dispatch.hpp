@@ -7,11 +7,12 @@
 // depends only on its own input (docs/moe.md, "No token dropping").
 //
 //   dispatch  xs[r]  = x[token_of_row[r]]                  (rows, d)    embedding gather
-//   combine   y[t]   = sum_{j < k} ys[row_of_slot[t, j]]   (tokens, d)  slot j = 0, 1, ... in order
+//   combine   y[t]   = sum_{j < k} gate[t, j] ys[row_of_slot[j, t]]   (tokens, d)  slot j = 0, 1, ... in order
 //
-// The combine adds a token's k rows in slot order on every thread count, and its backward writes
-// each row once (each row belongs to one slot), so both are bitwise deterministic; the dispatch's
-// backward adds a token's k row gradients in row order (scatter_add_rows sums rows in order).
+// The combine is the GatedCombine kernel (autograd/ops/gated_combine.hpp): it adds a token's k
+// rows in slot order on every thread count, and its backward writes each row once (each row
+// belongs to one slot), so both are bitwise deterministic; the dispatch's backward adds a token's
+// k row gradients in row order (scatter_add_rows sums rows in order).
 #pragma once
 
 #include <cstdint>
@@ -109,19 +110,6 @@ Var<T, B> scale_rows(const Var<T, B>& x, const Var<T, B>& s) {
 template <class T, Backend B>
 Var<T, B> dispatch_rows(const Var<T, B>& x, const DispatchPlan& plan) {
   return embedding(x, Tensor<std::int32_t, B>::from_host(Shape{plan.tokens * plan.k}, plan.token_of_row));
-}
-
-/// y (tokens, d) = sum over slots j (in order) of ys[row_of_slot[j, t]].
-template <class T, Backend B>
-Var<T, B> combine_rows(const Var<T, B>& ys, const DispatchPlan& plan) {
-  const auto slot = [&](index_t j) {
-    const auto begin = plan.row_of_slot.begin() + j * plan.tokens;
-    return embedding(ys, Tensor<std::int32_t, B>::from_host(Shape{plan.tokens},
-                                                            std::vector<std::int32_t>(begin, begin + plan.tokens)));
-  };
-  Var<T, B> y = slot(0);
-  for (index_t j = 1; j < plan.k; ++j) y = y + slot(j);
-  return y;
 }
 
 }  // namespace megacpp

@@ -3,8 +3,9 @@
 //   logits = x W_r^T                           router (Role::router -> AdamW)
 //   experts_t, gates_t = Routing(logits)       top-k per token, ties to the lower index
 //   xs = x[token_of_row]                       (rows = tokens k, d) sorted by expert
-//   ys = grouped(Act(grouped(xs, W_up)), W_down) * gate     one grouped product each way
-//   y_t = sum_j ys[row_of_slot(t, j)] (+ shared(x_t))      slot order, then the shared experts
+//   ys = grouped(Act(grouped(xs, W_up)), W_down)          one grouped product each way
+//   y_t = sum_j gate_t,j ys[row_of_slot(t, j)] (+ shared(x_t))   slot order (the GatedCombine
+//                                               kernel: one pass each way), then the shared experts
 //
 // Experts are MLPs like the dense MLP (ReLU^2, output projection zero-initialised), each with its
 // own (hidden, d) and (d, hidden) Role::matrix weights (so Muon orthogonalises each expert's
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "megacpp/autograd/ops/gated_combine.hpp"
 #include "megacpp/autograd/ops/grouped_matmul.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
 #include "megacpp/nn/aux_loss.hpp"
@@ -102,8 +104,7 @@ struct MoE {
       if (config.aux_loss_weight > 0) routing.add_aux_loss(route, last_load_, aux, config.aux_loss_weight);
 
     const V hidden = Act::apply(grouped_matmul(dispatch_rows(x2, plan), stacked(&Expert::fc), plan.offsets));
-    const V ys = scale_rows(grouped_matmul(hidden, stacked(&Expert::proj), plan.offsets), gates(route, plan));
-    V y = combine_rows(ys, plan);
+    V y = gated_combine(grouped_matmul(hidden, stacked(&Expert::proj), plan.offsets), gates(route, plan), plan.row_of_slot);
     if (config.shared_experts > 0) y = y + shared.forward(x2);
     return reshape(y, x.shape());
   }
@@ -167,7 +168,7 @@ struct MoE {
     return concat(parts, 0);
   }
 
-  // Each sorted row's gate (rows): the selected scores, divided by their sum per token when the
+  // Each token's gates (tokens, k): the selected scores, divided by their sum per token when the
   // policy normalises.
   static V gates(const RouteDecision<T, B>& route, const DispatchPlan& plan) {
     const index_t tokens = plan.tokens, k = plan.k, E = plan.experts;
@@ -181,8 +182,7 @@ struct MoE {
       const V ones(Tensor<T, B>::full(Shape{tokens}, T(1)));
       selected = scale_rows(selected, div(ones, sum(selected, -1)));
     }
-    const Tensor<std::int32_t, B> slot_of_row = Tensor<std::int32_t, B>::from_host(Shape{tokens * k}, plan.slot_of_row);
-    return reshape(embedding(reshape(selected, Shape{tokens * k, 1}), slot_of_row), Shape{tokens * k});
+    return selected;
   }
 };
 

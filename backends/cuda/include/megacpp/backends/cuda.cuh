@@ -21,6 +21,7 @@
 #define MEGACPP_CUDA_BACKEND_INTERNAL
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/gated_combine.cuh"
 #include "megacpp/backends/cuda/detail/gemm.cuh"
 #include "megacpp/backends/cuda/detail/indexing.cuh"
 #include "megacpp/backends/cuda/detail/memory.cuh"
@@ -163,6 +164,21 @@ struct GroupedGemm<Cuda> {
         cuda::gemm<T>(GemmArgs::dense(true, false, p.n, p.k, rows), T(1), d.dy + row0 * p.n, a.x + row0 * p.k, T(1),
                       d.dw + g * p.n * p.k);
     }
+  }
+};
+
+/// The MoE gated combine: one block per token, slots in order (detail/gated_combine.cuh).
+/// Compiled and linked by the CUDA build; not yet run on a GPU.
+template <>
+struct GatedCombine<Cuda> {
+  static constexpr bool available = true;
+  template <class T>
+  static void forward(const GatedCombineParams& p, const GatedCombineArgs<T>& a) {
+    cuda::gated_combine_forward<T>(p, a);
+  }
+  template <class T>
+  static void backward(const GatedCombineParams& p, const GatedCombineArgs<T>& a, const GatedCombineGrads<T>& g) {
+    cuda::gated_combine_backward<T>(p, a, g);
   }
 };
 

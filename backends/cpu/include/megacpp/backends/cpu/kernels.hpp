@@ -10,6 +10,7 @@
 ///   CausalConv1d<Cpu>          detail/ssm/conv1d.hpp
 ///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
 ///   GroupedGemm<Cpu>           detail/grouped_gemm.hpp
+///   GatedCombine<Cpu>          detail/gated_combine.hpp
 #pragma once
 
 #include "megacpp/backends/cpu.hpp"
@@ -17,6 +18,7 @@
 #define MEGACPP_CPU_BACKEND_INTERNAL
 #include "megacpp/backends/cpu/detail/attention/backward.hpp"
 #include "megacpp/backends/cpu/detail/attention/forward.hpp"
+#include "megacpp/backends/cpu/detail/gated_combine.hpp"
 #include "megacpp/backends/cpu/detail/grouped_gemm.hpp"
 #include "megacpp/backends/cpu/detail/ssm/backward.hpp"
 #include "megacpp/backends/cpu/detail/ssm/conv1d.hpp"
@@ -141,10 +143,26 @@ struct GroupedGemm<Cpu> {
   }
 };
 
+/// The CPU gated combine: threads own whole tokens, slots in order.
+template <>
+struct GatedCombine<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// y[t] = sum_j gate[t, j] ys[row_of_slot[j, t]].
+  template <class T>
+  static void forward(const GatedCombineParams& p, const GatedCombineArgs<T>& a) {
+    cpu::moe::gated_combine_forward<T>(p, a);
+  }
+  /// dys[row] += gate dy[t], dgate[t, j] += dy[t] . ys[row] (either may be null).
+  template <class T>
+  static void backward(const GatedCombineParams& p, const GatedCombineArgs<T>& a, const GatedCombineGrads<T>& g) {
+    cpu::moe::gated_combine_backward<T>(p, a, g);
+  }
+};
+
 }  // namespace megacpp::kernels
 
 namespace megacpp {
-static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true},
+static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true},
               "megacpp_cpu_backend_implements_every_kernel: the CPU backend is the reference and must implement every "
               "contract in megacpp/core/kernels/registry.hpp");
 }  // namespace megacpp
