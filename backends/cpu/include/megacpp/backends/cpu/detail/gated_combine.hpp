@@ -6,8 +6,9 @@
 // Threads own whole tokens (parallel_for over t): a token's output, its k gradient rows and its k
 // gate gradients are computed by one thread in a fixed order, so the results are bitwise the same
 // on every thread count and depend on the token's own rows only. The inner loops over the row
-// width are contiguous and vectorised by the compiler (omp simd); the dot product keeps the
-// compiler's lane order, which is fixed for a given build.
+// width are contiguous and vectorised by the compiler (omp simd); the dot product sums 16 fixed
+// lanes, then the lanes in order, so its rounding is the same with or without OpenMP and
+// vectorisation (the compiler may not reorder those adds).
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
@@ -17,6 +18,20 @@
 #include "megacpp/core/kernels/gated_combine.hpp"
 
 namespace megacpp::cpu::moe {
+
+// sum_c x[c] y[c] in 16 lanes (lane l takes c = l mod 16), then the lanes and the tail in order.
+template <class T>
+T lane_dot(index_t n, const T* x, const T* y) {
+  constexpr index_t kLanes = 16;
+  T lanes[kLanes] = {};
+  index_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (index_t l = 0; l < kLanes; ++l) lanes[l] += x[c + l] * y[c + l];
+  T dot = 0;
+  for (index_t l = 0; l < kLanes; ++l) dot += lanes[l];
+  for (; c < n; ++c) dot += x[c] * y[c];
+  return dot;
+}
 
 template <class T>
 void gated_combine_forward(const kernels::GatedCombineParams& p, const kernels::GatedCombineArgs<T>& a) {
@@ -52,11 +67,7 @@ void gated_combine_backward(const kernels::GatedCombineParams& p, const kernels:
         for (index_t c = 0; c < d; ++c) dys[c] += gate * dy[c];
       }
       if (g.dgate) {
-        const T* ys = a.ys + r * d;
-        T dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (index_t c = 0; c < d; ++c) dot += dy[c] * ys[c];
-        g.dgate[t * k + j] += dot;
+        g.dgate[t * k + j] += lane_dot(d, dy, a.ys + r * d);
       }
     }
   });
