@@ -120,7 +120,7 @@ void InProcessComm::exchange(const void* buffer, index_t count, const char* op, 
   check(counts_agree, op, "rank ", rank_, " passed count ", count, " but another rank passed a different count");
 }
 
-namespace in_process_detail {
+namespace detail {
 template <class T>
 T combine(T a, T b, ReduceOp op) {
   return op == ReduceOp::max ? std::max(a, b) : static_cast<T>(a + b);
@@ -133,14 +133,14 @@ T reduce_at(const std::vector<const void*>& slots, index_t at, ReduceOp op) {
   if (op == ReduceOp::avg) acc = static_cast<T>(acc / static_cast<T>(slots.size()));
   return acc;
 }
-}  // namespace in_process_detail
+}  // namespace detail
 
 template <class T, Backend B>
 void InProcessComm::all_reduce(T* data, index_t count, ReduceOp op) {
   static_assert(B::host_accessible, "InProcessComm reduces on the host: CPU-backend memory only");
   std::vector<T> result(static_cast<std::size_t>(std::max<index_t>(count, 0)));
   exchange(data, count, "InProcessComm::all_reduce", [&](const std::vector<const void*>& slots) {
-    for (index_t i = 0; i < count; ++i) result[static_cast<std::size_t>(i)] = in_process_detail::reduce_at<T>(slots, i, op);
+    for (index_t i = 0; i < count; ++i) result[static_cast<std::size_t>(i)] = detail::reduce_at<T>(slots, i, op);
   });
   std::copy(result.begin(), result.end(), data);
 }
@@ -151,7 +151,7 @@ void InProcessComm::reduce_scatter(const T* send, T* recv, index_t count, Reduce
   std::vector<T> result(static_cast<std::size_t>(std::max<index_t>(count, 0)));
   exchange(send, count, "InProcessComm::reduce_scatter", [&](const std::vector<const void*>& slots) {
     for (index_t i = 0; i < count; ++i)
-      result[static_cast<std::size_t>(i)] = in_process_detail::reduce_at<T>(slots, rank_ * count + i, op);
+      result[static_cast<std::size_t>(i)] = detail::reduce_at<T>(slots, rank_ * count + i, op);
   });
   std::copy(result.begin(), result.end(), recv);
 }

@@ -12,6 +12,15 @@
 /// divided by the world size when the operation completes.
 #pragma once
 
+// The C API only: Open MPI's and MPICH's deprecated C++ bindings do not compile with -Wextra -Werror.
+#ifndef OMPI_SKIP_MPICXX
+/// Open MPI: leave out the C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+/// MPICH: leave out the C++ bindings.
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <cstdint>
@@ -26,9 +35,9 @@
 
 namespace megacpp::dist {
 
-namespace mpi_detail {
+namespace detail {
 template <class T>
-MPI_Datatype datatype() {
+MPI_Datatype mpi_datatype() {
   if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
   else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
   else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
@@ -36,7 +45,7 @@ MPI_Datatype datatype() {
   else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
   else static_assert(sizeof(T) == 0, "MpiComm: element type must be float, double, int32, int64 or uint8");
 }
-inline MPI_Op op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+inline MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 // Throws megacpp::Error for an MPI error code, with MPI's own message.
 inline void check_mpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -47,10 +56,10 @@ inline void check_mpi(int code, const char* what) {
               "MPI error " + std::to_string(code) + ": " + std::string(message, static_cast<std::size_t>(length)));
 }
 template <class T>
-void divide(T* data, index_t count, int world) {
+void mpi_divide(T* data, index_t count, int world) {
   for (index_t i = 0; i < count; ++i) data[i] = static_cast<T>(data[i] / static_cast<T>(world));
 }
-}  // namespace mpi_detail
+}  // namespace detail
 
 /// True when this process was started by an MPI launcher (mpirun/mpiexec of Open MPI or MPICH,
 /// srun with PMI/PMIx): the trainer then runs data-parallel over MPI.
@@ -71,10 +80,11 @@ class MpiEnvironment {
     MPI_Initialized(&initialised);
     check(!initialised, "MpiEnvironment", "MPI is already initialised in this process");
     int provided = 0;
-    mpi_detail::check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    detail::check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   }
   MpiEnvironment(const MpiEnvironment&) = delete;
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+  /// MPI_Finalize.
   ~MpiEnvironment() { MPI_Finalize(); }
 };
 
@@ -88,6 +98,7 @@ class MpiRequest {
   template <class T>
   MpiRequest(MPI_Request request, T* average, index_t count, int world)
       : request_(request), average_(average), count_(count), world_(world), divide_(&MpiRequest::divide_as<T>) {}
+  /// Takes over `other`'s pending request.
   MpiRequest(MpiRequest&& other) noexcept { *this = std::move(other); }
   /// Takes over `other`'s pending request (waiting for this one first).
   MpiRequest& operator=(MpiRequest&& other) noexcept {
@@ -99,11 +110,12 @@ class MpiRequest {
     }
     return *this;
   }
+  /// Waits for a request still pending (errors cannot be thrown from here: call wait()).
   ~MpiRequest() { finish_quietly(); }
 
   /// Blocks until the collective is complete.
   void wait() {
-    if (request_ != MPI_REQUEST_NULL) mpi_detail::check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait");
+    if (request_ != MPI_REQUEST_NULL) detail::check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait");
     complete();
   }
   /// Drives MPI's progress and returns true once the collective is complete (Open MPI moves a
@@ -111,7 +123,7 @@ class MpiRequest {
   bool test() {
     if (request_ != MPI_REQUEST_NULL) {
       int done = 0;
-      mpi_detail::check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "test");
+      detail::check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "test");
       if (!done) return false;
     }
     complete();
@@ -121,7 +133,7 @@ class MpiRequest {
  private:
   template <class T>
   static void divide_as(void* data, index_t count, int world) {
-    mpi_detail::divide(static_cast<T*>(data), count, world);
+    detail::mpi_divide(static_cast<T*>(data), count, world);
   }
   void complete() {
     if (average_) divide_(average_, count_, world_);
@@ -146,13 +158,14 @@ class MpiComm {
   /// Duplicates `base` (MPI_COMM_WORLD by default) so that megacpp's traffic never mixes with
   /// the application's.
   explicit MpiComm(MPI_Comm base = MPI_COMM_WORLD) {
-    mpi_detail::check_mpi(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
-    mpi_detail::check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    detail::check_mpi(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup");
+    detail::check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;
+  /// Frees the duplicated communicator (unless MPI is already finalised).
   ~MpiComm() {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -190,15 +203,15 @@ class MpiComm {
   template <class T, Backend B>
   void broadcast(T* data, index_t count, int root) { ibroadcast<T, B>(data, count, root).wait(); }
   /// Returns once every rank has entered it.
-  void barrier() { mpi_detail::check_mpi(MPI_Barrier(comm_), "barrier"); }
+  void barrier() { detail::check_mpi(MPI_Barrier(comm_), "barrier"); }
 
   /// Non-blocking all_reduce (MPI_Iallreduce in place).
   template <class T, Backend B>
   MpiRequest iall_reduce(T* data, index_t count, ReduceOp op) {
     host_only<B>();
     MPI_Request r;
-    mpi_detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count, "iall_reduce"), mpi_detail::datatype<T>(),
-                                         mpi_detail::op(op), comm_, &r), "iall_reduce");
+    detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, to_int(count, "iall_reduce"), detail::mpi_datatype<T>(),
+                                         detail::mpi_op(op), comm_, &r), "iall_reduce");
     return MpiRequest(r, op == ReduceOp::avg ? data : nullptr, count, size_);
   }
   /// Non-blocking reduce_scatter (MPI_Ireduce_scatter_block).
@@ -206,8 +219,8 @@ class MpiComm {
   MpiRequest ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
     host_only<B>();
     MPI_Request r;
-    mpi_detail::check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count, "ireduce_scatter"), mpi_detail::datatype<T>(),
-                                                    mpi_detail::op(op), comm_, &r), "ireduce_scatter");
+    detail::check_mpi(MPI_Ireduce_scatter_block(send, recv, to_int(count, "ireduce_scatter"), detail::mpi_datatype<T>(),
+                                                    detail::mpi_op(op), comm_, &r), "ireduce_scatter");
     return MpiRequest(r, op == ReduceOp::avg ? recv : nullptr, count, size_);
   }
   /// Non-blocking all_gather (MPI_Iallgather).
@@ -216,7 +229,7 @@ class MpiComm {
     host_only<B>();
     const int n = to_int(count, "iall_gather");
     MPI_Request r;
-    mpi_detail::check_mpi(MPI_Iallgather(send, n, mpi_detail::datatype<T>(), recv, n, mpi_detail::datatype<T>(), comm_, &r),
+    detail::check_mpi(MPI_Iallgather(send, n, detail::mpi_datatype<T>(), recv, n, detail::mpi_datatype<T>(), comm_, &r),
                           "iall_gather");
     return MpiRequest(r, static_cast<T*>(nullptr), 0, size_);
   }
@@ -226,7 +239,7 @@ class MpiComm {
     host_only<B>();
     check(root >= 0 && root < size_, "MpiComm::broadcast", "root ", root, " out of range for world size ", size_);
     MPI_Request r;
-    mpi_detail::check_mpi(MPI_Ibcast(data, to_int(count, "ibroadcast"), mpi_detail::datatype<T>(), root, comm_, &r),
+    detail::check_mpi(MPI_Ibcast(data, to_int(count, "ibroadcast"), detail::mpi_datatype<T>(), root, comm_, &r),
                           "ibroadcast");
     return MpiRequest(r, static_cast<T*>(nullptr), 0, size_);
   }

@@ -24,7 +24,7 @@
 
 namespace megacpp::dist {
 
-namespace nccl_detail {
+namespace detail {
 inline void check_nccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(std::string("NcclComm::") + what, ncclGetErrorString(r));
 }
@@ -32,7 +32,7 @@ inline void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("NcclComm::") + what, cudaGetErrorString(e));
 }
 template <class T>
-ncclDataType_t datatype() {
+ncclDataType_t nccl_datatype() {
   if constexpr (std::is_same_v<T, float>) return ncclFloat32;
   else if constexpr (std::is_same_v<T, double>) return ncclFloat64;
   else if constexpr (std::is_same_v<T, std::int32_t>) return ncclInt32;
@@ -40,7 +40,7 @@ ncclDataType_t datatype() {
   else if constexpr (std::is_same_v<T, std::uint8_t>) return ncclUint8;
   else static_assert(sizeof(T) == 0, "NcclComm: element type must be float, double, int32, int64 or uint8");
 }
-inline ncclRedOp_t op(ReduceOp op) {
+inline ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
     case ReduceOp::avg: return ncclAvg;
@@ -48,7 +48,7 @@ inline ncclRedOp_t op(ReduceOp op) {
   }
   return ncclSum;
 }
-}  // namespace nccl_detail
+}  // namespace detail
 
 /// The handle of a non-blocking NCCL collective: an event recorded on the communicator's stream.
 class NcclRequest {
@@ -57,6 +57,7 @@ class NcclRequest {
   NcclRequest() = default;
   /// Takes ownership of `event`, recorded after the collective.
   explicit NcclRequest(cudaEvent_t event) : event_(event) {}
+  /// Takes over `other`'s event.
   NcclRequest(NcclRequest&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
   /// Takes over `other`'s event.
   NcclRequest& operator=(NcclRequest&& other) noexcept {
@@ -66,10 +67,11 @@ class NcclRequest {
     }
     return *this;
   }
+  /// Destroys the event (without waiting: call wait() first).
   ~NcclRequest() { release(); }
   /// Orders the default stream after the collective (kernels launched next see its result).
   void wait() {
-    if (event_) nccl_detail::check_cuda(cudaStreamWaitEvent(cudaStream_t{}, event_, 0), "wait");
+    if (event_) detail::check_cuda(cudaStreamWaitEvent(cudaStream_t{}, event_, 0), "wait");
     release();
   }
   /// True once the collective has finished on the GPU.
@@ -77,7 +79,7 @@ class NcclRequest {
     if (!event_) return true;
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaErrorNotReady) return false;
-    nccl_detail::check_cuda(e, "test");
+    detail::check_cuda(e, "test");
     release();
     return true;
   }
@@ -98,18 +100,19 @@ class NcclComm {
   /// A new id for a communicator: rank 0 makes it, every rank passes it to the constructor.
   static ncclUniqueId unique_id() {
     ncclUniqueId id;
-    nccl_detail::check_nccl(ncclGetUniqueId(&id), "unique_id");
+    detail::check_nccl(ncclGetUniqueId(&id), "unique_id");
     return id;
   }
   /// Joins communicator `id` as `rank` of `world` on the current CUDA device (blocks until every
   /// rank has joined).
   NcclComm(const ncclUniqueId& id, int rank, int world) : rank_(rank), size_(world) {
     check(world >= 1 && rank >= 0 && rank < world, "NcclComm", "rank ", rank, " out of range for world size ", world);
-    nccl_detail::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    nccl_detail::check_nccl(ncclCommInitRank(&comm_, world, id, rank), "ncclCommInitRank");
+    detail::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    detail::check_nccl(ncclCommInitRank(&comm_, world, id, rank), "ncclCommInitRank");
   }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
+  /// Destroys the communicator, its stream and its scratch memory.
   ~NcclComm() {
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -139,17 +142,17 @@ class NcclComm {
   void broadcast(T* data, index_t count, int root) { blocking(ibroadcast<T, B>(data, count, root)); }
   /// Returns once every rank has entered it (a one-element all-reduce, synchronised).
   void barrier() {
-    if (!scratch_) nccl_detail::check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "barrier");
+    if (!scratch_) detail::check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "barrier");
     start();
-    nccl_detail::check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
-    nccl_detail::check_cuda(cudaStreamSynchronize(stream_), "barrier");
+    detail::check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
+    detail::check_cuda(cudaStreamSynchronize(stream_), "barrier");
   }
 
   /// Non-blocking all_reduce (ncclAllReduce in place).
   template <class T, class B>
   NcclRequest iall_reduce(T* data, index_t count, ReduceOp op) {
     start();
-    nccl_detail::check_nccl(ncclAllReduce(data, data, elements(count), nccl_detail::datatype<T>(), nccl_detail::op(op),
+    detail::check_nccl(ncclAllReduce(data, data, elements(count), detail::nccl_datatype<T>(), detail::nccl_op(op),
                                           comm_, stream_), "all_reduce");
     return finish();
   }
@@ -157,15 +160,15 @@ class NcclComm {
   template <class T, class B>
   NcclRequest ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
     start();
-    nccl_detail::check_nccl(ncclReduceScatter(send, recv, elements(count), nccl_detail::datatype<T>(),
-                                              nccl_detail::op(op), comm_, stream_), "reduce_scatter");
+    detail::check_nccl(ncclReduceScatter(send, recv, elements(count), detail::nccl_datatype<T>(),
+                                              detail::nccl_op(op), comm_, stream_), "reduce_scatter");
     return finish();
   }
   /// Non-blocking all_gather (ncclAllGather).
   template <class T, class B>
   NcclRequest iall_gather(const T* send, index_t count, T* recv) {
     start();
-    nccl_detail::check_nccl(ncclAllGather(send, recv, elements(count), nccl_detail::datatype<T>(), comm_, stream_),
+    detail::check_nccl(ncclAllGather(send, recv, elements(count), detail::nccl_datatype<T>(), comm_, stream_),
                             "all_gather");
     return finish();
   }
@@ -174,7 +177,7 @@ class NcclComm {
   NcclRequest ibroadcast(T* data, index_t count, int root) {
     check(root >= 0 && root < size_, "NcclComm::broadcast", "root ", root, " out of range for world size ", size_);
     start();
-    nccl_detail::check_nccl(ncclBroadcast(data, data, elements(count), nccl_detail::datatype<T>(), root, comm_, stream_),
+    detail::check_nccl(ncclBroadcast(data, data, elements(count), detail::nccl_datatype<T>(), root, comm_, stream_),
                             "broadcast");
     return finish();
   }
@@ -187,20 +190,20 @@ class NcclComm {
   // The collective starts after the work already queued on the default stream (its inputs).
   void start() {
     cudaEvent_t ready;
-    nccl_detail::check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    nccl_detail::check_cuda(cudaEventRecord(ready, cudaStream_t{}), "cudaEventRecord");
-    nccl_detail::check_cuda(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
+    detail::check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    detail::check_cuda(cudaEventRecord(ready, cudaStream_t{}), "cudaEventRecord");
+    detail::check_cuda(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
   }
   NcclRequest finish() {
     cudaEvent_t done;
-    nccl_detail::check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
-    nccl_detail::check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
+    detail::check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    detail::check_cuda(cudaEventRecord(done, stream_), "cudaEventRecord");
     return NcclRequest(done);
   }
   void blocking(NcclRequest r) {
     r.wait();
-    nccl_detail::check_cuda(cudaStreamSynchronize(cudaStream_t{}), "synchronize");
+    detail::check_cuda(cudaStreamSynchronize(cudaStream_t{}), "synchronize");
   }
 
   ncclComm_t comm_ = nullptr;
