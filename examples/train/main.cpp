@@ -15,6 +15,9 @@
 #include "common/cli.hpp"
 #include "common/install_paths.hpp"
 #include "trainer.hpp"
+#ifdef MEGACPP_TRAIN_MPI
+#include "megacpp/dist/mpi.hpp"
+#endif
 
 #ifndef MEGACPP_DEFAULT_CORPUS
 #define MEGACPP_DEFAULT_CORPUS "corpus"
@@ -25,7 +28,8 @@ using namespace megacpp;
 using namespace megacpp::examples;
 
 namespace {
-int parse_and_train(int argc, char** argv) {
+template <class Comm>
+int parse_and_train(int argc, char** argv, Comm& comm) {
   TrainOptions o;
   o.data = default_corpus_dir(MEGACPP_DEFAULT_CORPUS);
   std::string seed_text = "0";
@@ -94,6 +98,7 @@ int parse_and_train(int argc, char** argv) {
   po::options_description debug("Fault injection (tests)");
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")
+      ("debug_fail_rank", po::value(&o.debug_fail_rank)->default_value(-1), "this data-parallel rank fails before step 2")
       ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
   po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
                                   "Usage: megacpp-train [options]   (no options: the tiny model on the built-in corpus)");
@@ -110,11 +115,32 @@ int parse_and_train(int argc, char** argv) {
   check_options(o, given);
   if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
   return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
-    return train<typename decltype(model_type)::type>(o, d);
+    return train<typename decltype(model_type)::type>(o, d, comm);
   });
 }
+
+#ifdef MEGACPP_TRAIN_MPI
+// Launched by mpirun / srun: one rank of a data-parallel run over MPI. Rank 0 alone prints (the
+// others' stdout goes to /dev/null; errors still reach stderr). A rank that stops with an error
+// ends the whole job through MPI_Abort, so no rank is left waiting in a collective; a rank that
+// dies is reported by the launcher, which ends the others.
+int run_data_parallel(int argc, char** argv) {
+  dist::MpiEnvironment mpi(&argc, &argv);
+  dist::MpiComm comm;
+  if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    std::fprintf(stderr, "%s: rank %d could not silence its stdout\n", kTrainTool.c_str(), comm.rank());
+  const int code = run_tool(kTrainTool, [&] { return parse_and_train(argc, argv, comm); });
+  if (code != kExitOk && comm.size() > 1)
+    comm.abort(code, kTrainTool + " stopped with exit code " + std::to_string(code) + " (its message is above)");
+  return code;
+}
+#endif
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_tool(kTrainTool, [&] { return parse_and_train(argc, argv); });
+#ifdef MEGACPP_TRAIN_MPI
+  if (dist::launched_by_mpi()) return run_tool(kTrainTool, [&] { return run_data_parallel(argc, argv); });
+#endif
+  dist::SingleProcess single;
+  return run_tool(kTrainTool, [&] { return parse_and_train(argc, argv, single); });
 }

@@ -15,6 +15,15 @@
 // run (run_checkpoint.hpp). During the run a non-finite loss, gradient or parameter stops it with
 // exit 3 before that state is checkpointed, and a loss stuck at one value is reported
 // (divergence.hpp).
+//
+// Data parallel (docs/systems/distributed.md): train() runs on every rank of a communicator
+// (SingleProcess, or MpiComm when megacpp-train is launched by mpirun/srun: main.cpp). Each rank
+// reads its own rows of every step (ShardLoader's rank slice), the global batch stays
+// micro_batch x accumulation x world tokens (accumulation is divided by the world size), the
+// gradients are averaged in buckets during the last micro-batch's backward (dist::DataParallel),
+// rank 0's initial parameters are broadcast, Muon's Newton-Schulz work is shared by the ranks,
+// the validation loss is averaged over every rank's slice, and rank 0 alone writes the run
+// directory (metrics, checkpoints, loss plot, sample) and draws the progress bar.
 #pragma once
 
 #include <omp.h>
@@ -25,6 +34,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <string>
@@ -35,21 +45,18 @@
 #include "common/bpe_option.hpp"
 #include "common/progress_bar.hpp"
 #include "megacpp/data.hpp"
+#include "megacpp/dist/data_parallel.hpp"
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/nn/model/sampling.hpp"
 #include "megacpp/optim.hpp"
 #include "divergence.hpp"
+#include "evaluate.hpp"
 #include "metrics.hpp"
 #include "models.hpp"
 #include "options.hpp"
 #include "run_checkpoint.hpp"
 
 namespace megacpp::examples {
-
-/// Validation loss (nats per token) and bits per byte (byte-tokenizer shards only; 0 otherwise).
-struct EvalResult {
-  double loss = 0, bits_per_byte = 0;
-};
 
 /// Calls f(moe) for the MoE feed-forward of every layer that has one ('E' letters), in layer order.
 template <class Model, class F>
@@ -96,57 +103,23 @@ struct ExpertLoad {
   }
 };
 
-/// Sets the MTP weight lambda of `model` for as long as it lives, then restores it (nothing for
-/// a model without MTP).
-template <class Model>
-class ScopedMtpWeight {
- public:
-  ScopedMtpWeight(Model& model, double lambda) : model_(model) {
-    if constexpr (Model::has_mtp) {
-      saved_ = model.mtp.weight();
-      model.mtp.set_weight(lambda);
-    }
-  }
-  ~ScopedMtpWeight() {
-    if constexpr (Model::has_mtp) model_.mtp.set_weight(saved_);
-  }
-  ScopedMtpWeight(const ScopedMtpWeight&) = delete;
-  ScopedMtpWeight& operator=(const ScopedMtpWeight&) = delete;
 
- private:
-  Model& model_;
-  double saved_ = 0;
-};
-
-template <class Model>
-EvalResult evaluate(Model& model, const std::vector<fs::path>& shards, const RunPlan& p,
-                    const data::ShardMetadata& meta) {
-  NoGrad no_grad;
-  const ScopedMtpWeight<Model> next_token_only(model, 0.0);  // validation is the next-token loss alone
-  data::ShardLoader val(shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size));
-  const index_t per_batch = p.micro_batch * p.seq_len;
-  index_t available = 0;  // evaluate each validation token at most once
-  for (const auto& s : shards) available += data::TokenShard(s).size() / per_batch * per_batch;
-  const index_t batches = std::max<index_t>(1, std::min<index_t>(p.val_tokens, available) / per_batch);
-  const bool bytes_are_tokens = meta.tokenizer == "byte";
-  double nats = 0, tokens = 0, bytes = 0;
-  for (index_t i = 0; i < batches; ++i) {
-    const auto b = val.next<float, Cpu>();
-    const auto docs = Model::documents(b.input_ids_host, p.micro_batch, p.seq_len, meta.special.bos);
-    nats += static_cast<double>(model.loss(b.input_ids, b.target_ids, b.loss_mask, docs).item()) * per_batch;
-    tokens += per_batch;
-    if (bytes_are_tokens)
-      for (const std::int32_t t : b.target_ids_host) bytes += t < 256;
-  }
-  return {nats / tokens, bytes > 0 ? nats / std::log(2.0) / bytes : 0.0};
-}
-
-/// Runs (or resumes) a training run of Model; returns the process exit code (common/cli.hpp).
-template <class Model>
-int train(const TrainOptions& o, const ModelDefaults& d) {
+/// Runs (or resumes) a training run of Model on every rank of `comm`; returns the process exit
+/// code (common/cli.hpp).
+template <class Model, class Comm>
+int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   using Clock = std::chrono::steady_clock;
+  const int world = comm.size(), rank = comm.rank();
+  const bool lead = rank == 0;  // writes the run directory and prints
   // What the command line decides, checked before any file is read or written.
-  const RunPlan p = make_plan<Model>(o, d);
+  RunPlan p = make_plan<Model>(o, d);
+  check_flag(p.accumulation % world == 0, kTrainTool, "total_batch_size", p.total_batch_size, " = ", p.accumulation,
+             " micro-batches of ", p.micro_batch, " x ", p.seq_len, " tokens, which the ", world,
+             " ranks cannot share equally: the global batch must be a multiple of micro_batch x seq_len x ranks");
+  p.accumulation /= world;  // micro-batches per rank: the global batch stays the same
+  check_flag(world == 1 || o.plasticity.redo_every == 0, kTrainTool, "redo_every", o.plasticity.redo_every,
+             ": ReDo judges units by this rank's activations, which would make the ranks' weights differ; "
+             "it is not available in a data-parallel run yet");
   const optim::LrSchedule schedule = make_schedule(o, p);
   const std::string type_id = Model::type_id();
   const int threads = omp_get_max_threads();
@@ -175,8 +148,10 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
         "): resume on shards written with the same tokenizer");
   const data::SpecialTokens special = meta.special;
   const SampleCodec codec(kTrainTool, o.tokenizer, o.special_tokens, meta);  // the end-of-run sample's
-  ensure_writable_directory(kTrainTool, "out", o.out);
-  prepare_run_directory(o.out, o.resume.empty() ? -1 : start);
+  if (lead) {
+    ensure_writable_directory(kTrainTool, "out", o.out);
+    prepare_run_directory(o.out, o.resume.empty() ? -1 : start);
+  }
 
   Model model(o.seed);
   optim::HybridOptions ho;
@@ -192,7 +167,12 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   std::map<std::string, double> group_lrs;
   for (const auto& route : opt.routes()) group_lrs[route.group] = route.lr;
 
-  data::ShardLoader loader(train_shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size));
+  int moe_layers = 0;
+  for_each_moe_layer(model, [&](const auto&) { ++moe_layers; });
+  check(world == 1 || moe_layers == 0, kTrainTool, "model ", d.name, " has ", moe_layers,
+        " MoE layers, whose routing bias follows each rank's own expert load; MoE models are not data-parallel yet");
+  data::ShardLoader loader(train_shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size), rank,
+                           world);
   if (o.fim_mask) loader.enable_fim_mask(special);
 
   TrainingState state;
@@ -219,6 +199,15 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       std::printf("warning: the checkpoint was written with %d threads, this run uses %d: results are not bitwise "
                   "those of an uninterrupted run (set OMP_NUM_THREADS=%d)\n", saved.threads, threads, saved.threads);
   }
+  // Data parallel: every rank starts from rank 0's weights (a resumed run reads the same files;
+  // the broadcast costs one pass over the weights and guards against a rank that did not).
+  std::optional<dist::DataParallel<float, Cpu, Comm>> data_parallel;
+  if (world > 1) {
+    std::vector<Var<float, Cpu>> vars;
+    for (const auto& param : params) vars.push_back(param.var);
+    data_parallel.emplace(comm, std::move(vars));
+    data_parallel->broadcast_parameters(0);
+  }
   enter_phase(model, p.phase, p.seq_len);
   PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
                                                  o.resume.empty() ? nlohmann::json() : saved.plasticity);
@@ -233,36 +222,47 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
               p.phase.rope_theta, static_cast<long long>(p.total_batch_size), static_cast<long long>(p.accumulation),
               static_cast<long long>(p.micro_batch), static_cast<long long>(p.seq_len), static_cast<long long>(p.steps),
               static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads);
-  MetricsLog log(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
+  if (world > 1)
+    std::printf("data parallel: %d ranks x %lld micro-batches x %lld rows x %lld tokens = %lld tokens per step; gradient "
+                "buckets of %zu MB, %zu buckets\n",
+                world, static_cast<long long>(p.accumulation), static_cast<long long>(p.micro_batch),
+                static_cast<long long>(p.seq_len), static_cast<long long>(p.total_batch_size),
+                dist::DataParallelOptions{}.bucket_bytes >> 20, data_parallel->buckets());
+  std::optional<MetricsLog> metrics;
+  if (lead) metrics.emplace(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
+  const auto write_log = [&](const nlohmann::json& record) {
+    if (metrics) metrics->write(record);
+  };
   const auto run_start = Clock::now();  // the metrics' elapsed_s counts from here
   // FIRE at phase entry (or when asked for), before the first step; logged to the metrics.
   const auto log_intervention = [&](const nlohmann::json& record) {
     if (record.is_null()) return;
-    log.write(record);
+    write_log(record);
     std::printf("%s%s\n", isatty(STDERR_FILENO) ? "\n" : "", record.dump().c_str());
   };
   log_intervention(plasticity.at_start(start, !o.resume.empty() && saved.phase < p.phase.number));
 
   auto run_eval = [&](std::int64_t step) {
-    const EvalResult e = evaluate(model, val_shards, p, meta);
+    const EvalResult e = evaluate(model, val_shards, p, meta, comm);
     std::printf("%sstep %lld: val loss %.4f nats, %.3f bits per byte\n", isatty(STDERR_FILENO) ? "\n" : "",
                 static_cast<long long>(step), e.loss, e.bits_per_byte);
     std::fflush(stdout);
-    log.write({{"step", step}, {"val_loss", e.loss}, {"val_bpb", e.bits_per_byte},
+    write_log({{"step", step}, {"val_loss", e.loss}, {"val_bpb", e.bits_per_byte},
                {"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start).count()}, {"time", unix_seconds()}});
     return e;
   };
   const EvalResult first = start == 0 ? run_eval(0) : EvalResult{std::numeric_limits<double>::quiet_NaN(), 0};
   EvalResult last = first;
 
-  ProgressBar bar("train", static_cast<double>((p.steps - start) * p.total_batch_size), "tok");
+  std::optional<ProgressBar> bar;
+  if (lead) bar.emplace("train", static_cast<double>((p.steps - start) * p.total_batch_size), "tok");
   // A diverged step ends the run here, before it is evaluated or checkpointed: `latest` keeps
   // naming the last finite checkpoint, which the message gives.
   auto diverged = [&](std::int64_t number, const std::string& what) {
-    bar.finish();
-    log.write({{"step", number}, {"diverged", what}});
+    if (bar) bar->finish();
+    write_log({{"step", number}, {"diverged", what}});
     const std::string last_checkpoint =
-        fs::exists(fs::path(o.out) / "latest") ? resolve_checkpoint(o.out).string() : std::string("none");
+        lead && fs::exists(fs::path(o.out) / "latest") ? resolve_checkpoint(o.out).string() : std::string("none");
     std::fflush(stdout);
     std::fprintf(stderr, "megacpp-train: step %lld: %s; stopped before this state was checkpointed. Last checkpoint: %s\n",
                  static_cast<long long>(number), what.c_str(), last_checkpoint.c_str());
@@ -274,6 +274,8 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   const std::int64_t end = o.stop_at_step > 0 ? o.stop_at_step : p.steps;
   for (std::int64_t step = start; step < end; ++step) {
     const std::int64_t number = step + 1;  // the step being taken, as logs and checkpoints count
+    check(!(rank == o.debug_fail_rank && number == 2), kTrainTool, "rank ", rank,
+          " fails on purpose before step 2 (--debug_fail_rank)");
     if (number == o.debug_poison_step) model.embedding.var.mutable_value().fill(std::numeric_limits<float>::quiet_NaN());
     const double lr_scale = schedule(step);
     opt.set_lr_scale(lr_scale);
@@ -294,6 +296,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       for (const float m : batches.back().loss_mask_host) counts.back() += m;
       total += counts.back();
     }
+    // The global batch's learned targets decide whether the step updates (every rank the same).
+    double global_total = total;
+    comm.template all_reduce<double, Cpu>(&global_total, 1, dist::ReduceOp::sum);
     double loss_sum = 0, mtp_sum = 0;  // next-token and MTP losses, weighted like the micro-batches
     bool mtp_computed = false;
     double balance_sum = 0;  // MoE balance losses (before their weight), summed over layers
@@ -302,6 +307,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
       const double weight = total > 0 ? counts[static_cast<std::size_t>(micro)] / total : 0.0;
+      if (data_parallel) data_parallel->set_sync(micro + 1 == p.accumulation);  // communicate on the last only
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
       const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
@@ -328,15 +334,17 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     }
     // A global batch with no learned target at all (possible only with tiny batches inside one
     // long FIM context) has no gradient: the step consumes its data and updates nothing.
+    // Averaged gradients (the buckets of the last backward are in flight): wait for them.
+    if (data_parallel) data_parallel->finish();
     optim::ClipResult clip;
-    if (total > 0) {
+    if (global_total > 0) {
       clip = optim::clip_grad_norm(params, o.max_grad_norm, optim::NonFinitePolicy::skip);
       if (clip.skip_step())
         return diverged(number, megacpp::detail::concat("gradient norm is ", clip.norm, " (non-finite gradients in ",
                                                list_names(non_finite_values(params, /*gradients=*/true)),
                                                "); the optimizer step was not taken"));
       log_intervention(plasticity.after_backward(number));  // DASH: this step's gradients, before the update
-      opt.step();
+      opt.step(comm);  // Muon's Newton-Schulz shared over the ranks, AdamW replicated
       // Auxiliary-loss-free balancing (SigmoidBiasTopK): each MoE layer's bias moves by gamma
       // against its load, outside the gradient (DeepSeek-V3 sec. 2.1.2, gamma 0.001 there).
       for_each_moe_layer(model, [](auto& moe) { moe.update_bias(1e-3); });
@@ -352,7 +360,14 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     state.tokens_seen += p.total_batch_size;
     const auto now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - ts).count();
-    const double loss = loss_sum;
+    // Each rank's loss is its own rows' mean: the step's loss is their mean over ranks.
+    double loss = total > 0 ? loss_sum : 0.0, ranks_with_targets = total > 0 ? 1.0 : 0.0;
+    if (world > 1) {
+      double sums[2] = {loss, ranks_with_targets};
+      comm.template all_reduce<double, Cpu>(sums, 2, dist::ReduceOp::sum);
+      loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    }
+    total = global_total;
     // A step with no learned target (every target inside masked FIM context) has no loss and no
     // gradient: null, not 0, so a plot or a mean over the log cannot mistake it for a perfect step.
     nlohmann::json lr = nlohmann::json::object();
@@ -390,7 +405,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
                      static_cast<long long>(same), o.lr_matrix, o.lr_embedding);
       }
     }
-    log.write(record);
+    write_log(record);
     char extra[160];
     if (total > 0)
       std::snprintf(extra, sizeof extra, " | step %lld/%lld loss %.3f lr %.2e gnorm %.3f", static_cast<long long>(number),
@@ -398,9 +413,9 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     else
       std::snprintf(extra, sizeof extra, " | step %lld/%lld no learned target (FIM context)", static_cast<long long>(number),
                     static_cast<long long>(p.steps));
-    bar.update(static_cast<double>((number - start) * p.total_batch_size), extra);
+    if (bar) bar->update(static_cast<double>((number - start) * p.total_batch_size), extra);
     if (number % p.eval_every == 0 || number == p.steps) last = run_eval(number);
-    if ((o.save_every > 0 && number % o.save_every == 0) || number == end) {
+    if (lead && ((o.save_every > 0 && number % o.save_every == 0) || number == end)) {
       state.step = number;
       state.rng_state = rng.state();
       state.train_position = loader.position();
@@ -408,14 +423,17 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
   }
-  bar.finish();
+  if (bar) bar->finish();
+  const bool learned = start > 0 || last.loss < first.loss;  // the same on every rank (averaged losses)
+  const int status = end < p.steps || learned || !o.require_improvement ? kExitOk : kExitNoImprovement;
+  if (!lead) return status;  // the report, the plot and the sample are rank 0's
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::int64_t done = end - start;
   std::printf("trained %lld steps in %.1f s (%.0f tokens/s); checkpoint %s\n", static_cast<long long>(done), elapsed,
               static_cast<double>(done * p.total_batch_size) / elapsed, resolve_checkpoint(o.out).string().c_str());
   const fs::path svg = fs::path(o.out) / "loss.svg";
-  write_loss_plot(log.path(), svg, std::string("megacpp-train ") + d.name + " (" + Model::pattern() + ")");
-  std::printf("metrics %s, loss curve %s\n", log.path().string().c_str(), svg.string().c_str());
+  write_loss_plot(metrics->path(), svg, std::string("megacpp-train ") + d.name + " (" + Model::pattern() + ")");
+  std::printf("metrics %s, loss curve %s\n", metrics->path().string().c_str(), svg.string().c_str());
   if (longest_plateau > 0)
     std::printf("warning: the training loss stayed exactly constant for up to %lld steps (\"constant_loss_steps\" in "
                 "metrics.jsonl)\n", static_cast<long long>(longest_plateau));
@@ -424,7 +442,6 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
                 static_cast<long long>(end), static_cast<long long>(p.steps), o.out.c_str());
     return kExitOk;
   }
-  const bool learned = start > 0 || last.loss < first.loss;
   if (start == 0)
     std::printf("validation loss %.4f -> %.4f nats (%.3f -> %.3f bits per byte)%s\n", first.loss, last.loss,
                 first.bits_per_byte, last.bits_per_byte, learned ? "" : ": DID NOT FALL");
@@ -440,7 +457,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     });
     std::printf("\n");
   }
-  return learned || !o.require_improvement ? kExitOk : kExitNoImprovement;
+  return status;
 }
 
 }  // namespace megacpp::examples

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -45,6 +46,16 @@ inline void run_backward(std::shared_ptr<VarStateBase> root, bool retain_graph) 
   // earlier pass would otherwise be propagated again); the root carries the seed.
   for (const auto& state : order)
     if (state->grad_fn && state.get() != seeded) state->release_grad();
+  // Leaves with a gradient-ready hook: how many node inputs still feed each one. The hook runs
+  // when the count reaches zero, i.e. right after the last op contributing to that gradient.
+  std::unordered_map<VarStateBase*, int> pending;
+  for (const auto& state : order)
+    if (state->grad_ready && !state->grad_fn) pending.emplace(state.get(), 0);
+  if (!pending.empty())
+    for (const auto& state : order)
+      if (state->grad_fn)
+        for (const auto& input : state->grad_fn->inputs)
+          if (auto it = pending.find(input.get()); it != pending.end()) ++it->second;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     VarStateBase& state = **it;
     if (!state.grad_fn) {
@@ -54,6 +65,9 @@ inline void run_backward(std::shared_ptr<VarStateBase> root, bool retain_graph) 
       continue;  // a leaf: its gradient stays
     }
     if (state.has_grad()) state.grad_fn->backward(state);
+    if (!pending.empty())
+      for (const auto& input : state.grad_fn->inputs)
+        if (auto it = pending.find(input.get()); it != pending.end() && --it->second == 0) input->grad_ready();
     // A non-leaf's gradient is consumed here; keeping it would double-count on a retained
     // graph's next backward.
     if (!state.retains_grad) state.release_grad();

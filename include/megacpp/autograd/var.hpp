@@ -7,6 +7,7 @@
 /// only inputs and saved tensors, never the result Var.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,9 @@ struct VarStateBase {
   bool requires_grad = false;
   bool retains_grad = false;   // keep the gradient of a non-leaf after backward
   bool graph_freed = false;    // a backward already released this result's graph
+  // Called by backward once this leaf's gradient is final for the pass (every node that feeds
+  // it has run): data-parallel gradient buckets start their all-reduce from here.
+  std::function<void()> grad_ready;
 };
 
 // A recorded op: computes its inputs' gradients from its output's gradient.
@@ -143,6 +147,14 @@ class Var {
   void zero_grad() { state_->release_grad(); }
   /// Keep this non-leaf's gradient after backward (leaves always keep theirs).
   void retain_grad() { state_->retains_grad = true; }
+  /// Calls `hook` during every backward pass as soon as this leaf's gradient for the pass is
+  /// final (every op that contributes to it has run), before the pass continues below it; an
+  /// empty function removes the hook. Data parallelism starts a gradient bucket's all-reduce
+  /// from here (megacpp/dist/data_parallel.hpp). Leaves only; one hook per leaf.
+  void on_grad_ready(std::function<void()> hook) {
+    check(is_leaf(), "Var::on_grad_ready", "only leaves (parameters) take a gradient-ready hook");
+    state_->grad_ready = std::move(hook);
+  }
   /// Turns gradient collection of a leaf on or off (throws for op results).
   void set_requires_grad(bool on) {
     check(is_leaf(), "Var::set_requires_grad", "only leaves can change requires_grad");

@@ -2,10 +2,12 @@
 /// megacpp/dist/comm.hpp: what a communicator is, and the world of one process.
 ///
 /// A communicator connects the ranks of a data-parallel run (one process per rank: MPI on CPU
-/// clusters, NCCL on GPUs; docs/systems/muon.md for distributed Muon, which is built on it).
-/// Collectives take backend memory and copy with the backend's own kernels. SingleProcess is the
-/// world of size 1, the default everywhere; megacpp/dist/in_process.hpp is an in-process fake of
-/// any world size for tests.
+/// clusters, megacpp/dist/mpi.hpp; NCCL on GPUs, megacpp/dist/nccl.hpp; docs/systems/distributed.md).
+/// Collectives take backend memory and are called by every rank in the same order with the same
+/// counts. Each has a non-blocking form (`i` prefix) that returns a handle whose wait() completes
+/// it; the buffers must stay alive and untouched until then. SingleProcess is the world of size
+/// 1, the default everywhere; megacpp/dist/in_process.hpp is an in-process fake of any world size
+/// for tests.
 #pragma once
 
 #include <concepts>
@@ -15,9 +17,21 @@
 
 namespace megacpp::dist {
 
+/// How all_reduce and reduce_scatter combine the ranks' elements.
+enum class ReduceOp {
+  sum,  ///< the sum over ranks
+  avg,  ///< the sum over ranks divided by the world size (data-parallel gradients)
+  max,  ///< the largest value over ranks
+};
+
+/// A handle of a non-blocking collective: wait() returns once the collective's result is in the
+/// receive buffer (and the send buffer may be reused).
+template <class H>
+concept Waitable = std::movable<H> && requires(H& h) { h.wait(); };
+
 /// A communicator that can all-gather: rank(), size(), and an all-gather of `count` elements
-/// per rank, `recv[r * count + i] = send_of_rank_r[i]`, on backend B's memory (what distributed
-/// Muon needs; the other collectives join with the MPI and NCCL communicators).
+/// per rank, `recv[r * count + i] = send_of_rank_r[i]`, on backend B's memory (all distributed
+/// Muon needs).
 template <class C, class T, class B>
 concept GatherComm = requires(C& comm, const T* send, T* recv, index_t count) {
   { comm.rank() } -> std::convertible_to<int>;
@@ -25,7 +39,37 @@ concept GatherComm = requires(C& comm, const T* send, T* recv, index_t count) {
   comm.template all_gather<T, B>(send, count, recv);
 };
 
-/// World size 1: the all-gather is a copy (none when send and recv are the same buffer).
+/// A full communicator for element type T on backend B:
+/// - all_reduce(data, count, op): in place, every rank ends with the reduction of all ranks' data;
+/// - reduce_scatter(send, recv, count, op): send holds size() * count elements, rank r receives
+///   the reduction of every rank's block r (count elements);
+/// - all_gather(send, count, recv): recv[r * count + i] = send of rank r [i];
+/// - broadcast(data, count, root): every rank ends with root's data;
+/// - barrier(): returns once every rank has entered it;
+/// and the non-blocking iall_reduce, ireduce_scatter, iall_gather, ibroadcast, returning a
+/// Waitable handle.
+template <class C, class T, class B>
+concept Comm = GatherComm<C, T, B> && requires(C& comm, const T* send, T* data, index_t count, ReduceOp op, int root) {
+  comm.template all_reduce<T, B>(data, count, op);
+  comm.template reduce_scatter<T, B>(send, data, count, op);
+  comm.template broadcast<T, B>(data, count, root);
+  comm.barrier();
+  { comm.template iall_reduce<T, B>(data, count, op) } -> Waitable;
+  { comm.template ireduce_scatter<T, B>(send, data, count, op) } -> Waitable;
+  { comm.template iall_gather<T, B>(send, count, data) } -> Waitable;
+  { comm.template ibroadcast<T, B>(data, count, root) } -> Waitable;
+};
+
+/// The handle of a collective that completed when it was started.
+struct Completed {
+  /// Nothing left to do.
+  void wait() {}
+  /// Always true: the collective is done.
+  bool test() { return true; }
+};
+
+/// World size 1: reductions and broadcasts leave the data as it is, gathers and scatters copy
+/// (nothing when send and recv are the same buffer).
 struct SingleProcess {
   /// Always 0.
   int rank() const { return 0; }
@@ -35,6 +79,43 @@ struct SingleProcess {
   template <class T, Backend B>
   void all_gather(const T* send, index_t count, T* recv) {
     if (send != recv && count > 0) B::template copy<T>(recv, send, static_cast<std::size_t>(count));
+  }
+  /// The reduction over one rank is the data itself.
+  template <class T, Backend B>
+  void all_reduce(T*, index_t, ReduceOp) {}
+  /// recv[0, count) = send[0, count).
+  template <class T, Backend B>
+  void reduce_scatter(const T* send, T* recv, index_t count, ReduceOp) {
+    all_gather<T, B>(send, count, recv);
+  }
+  /// Rank 0 already holds its own data.
+  template <class T, Backend B>
+  void broadcast(T*, index_t, int) {}
+  /// Nothing to wait for.
+  void barrier() {}
+  /// all_reduce, completed at once.
+  template <class T, Backend B>
+  Completed iall_reduce(T* data, index_t count, ReduceOp op) {
+    all_reduce<T, B>(data, count, op);
+    return {};
+  }
+  /// reduce_scatter, completed at once.
+  template <class T, Backend B>
+  Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
+    reduce_scatter<T, B>(send, recv, count, op);
+    return {};
+  }
+  /// all_gather, completed at once.
+  template <class T, Backend B>
+  Completed iall_gather(const T* send, index_t count, T* recv) {
+    all_gather<T, B>(send, count, recv);
+    return {};
+  }
+  /// broadcast, completed at once.
+  template <class T, Backend B>
+  Completed ibroadcast(T* data, index_t count, int root) {
+    broadcast<T, B>(data, count, root);
+    return {};
   }
 };
 

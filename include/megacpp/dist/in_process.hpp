@@ -1,14 +1,18 @@
 /// \file
 /// megacpp/dist/in_process.hpp: an in-process fake of a communicator of any world size, whose
 /// ranks are threads. Tests use it to show that a world of 2 gives bitwise the result of a world
-/// of 1 (distributed Muon); it is not for production.
+/// of 1 (distributed Muon, data parallelism); it is not for production. Reductions read the
+/// ranks' buffers on the host (CPU-backend memory) in rank order, so every rank gets the same
+/// bits; the non-blocking forms complete before they return.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
 #include <vector>
 
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/error.hpp"
+#include "megacpp/dist/comm.hpp"
 
 namespace megacpp::dist {
 
@@ -25,8 +29,47 @@ class InProcessComm {
   /// `send` into `recv` in rank order. Backend B's `copy` moves the data.
   template <class T, Backend B>
   void all_gather(const T* send, index_t count, T* recv);
+  /// In place: every rank ends with the reduction of all ranks' `data`, combined in rank order.
+  template <class T, Backend B>
+  void all_reduce(T* data, index_t count, ReduceOp op);
+  /// `send` holds size() * count elements; this rank receives the reduction of block rank().
+  template <class T, Backend B>
+  void reduce_scatter(const T* send, T* recv, index_t count, ReduceOp op);
+  /// Every rank ends with rank `root`'s `data`.
+  template <class T, Backend B>
+  void broadcast(T* data, index_t count, int root);
+  /// Returns once every rank has entered it.
+  void barrier();
+  /// all_reduce, completed before it returns.
+  template <class T, Backend B>
+  Completed iall_reduce(T* data, index_t count, ReduceOp op) {
+    all_reduce<T, B>(data, count, op);
+    return {};
+  }
+  /// reduce_scatter, completed before it returns.
+  template <class T, Backend B>
+  Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
+    reduce_scatter<T, B>(send, recv, count, op);
+    return {};
+  }
+  /// all_gather, completed before it returns.
+  template <class T, Backend B>
+  Completed iall_gather(const T* send, index_t count, T* recv) {
+    all_gather<T, B>(send, count, recv);
+    return {};
+  }
+  /// broadcast, completed before it returns.
+  template <class T, Backend B>
+  Completed ibroadcast(T* data, index_t count, int root) {
+    broadcast<T, B>(data, count, root);
+    return {};
+  }
 
  private:
+  // Publishes `buffer` and `count`, waits for every rank, runs read(slots), waits again (so no
+  // rank's buffer changes while another reads it), then throws if the counts disagreed.
+  template <class F>
+  void exchange(const void* buffer, index_t count, const char* op, F&& read);
   friend class InProcessGroup;
   InProcessComm(InProcessGroup* group, int rank) : group_(group), rank_(rank) {}
   InProcessGroup* group_;
@@ -63,6 +106,66 @@ class InProcessGroup {
 };
 
 inline int InProcessComm::size() const { return group_->size(); }
+
+template <class F>
+void InProcessComm::exchange(const void* buffer, index_t count, const char* op, F&& read) {
+  InProcessGroup& g = *group_;
+  g.slots_[static_cast<std::size_t>(rank_)] = buffer;
+  g.counts_[static_cast<std::size_t>(rank_)] = count;
+  g.barrier_.arrive_and_wait();  // every rank's buffer is published
+  bool counts_agree = true;
+  for (int r = 0; r < g.world_; ++r) counts_agree = counts_agree && g.counts_[static_cast<std::size_t>(r)] == count;
+  if (counts_agree) read(g.slots_);
+  g.barrier_.arrive_and_wait();  // every rank has finished reading the others' buffers
+  check(counts_agree, op, "rank ", rank_, " passed count ", count, " but another rank passed a different count");
+}
+
+namespace detail {
+template <class T>
+T combine(T a, T b, ReduceOp op) {
+  return op == ReduceOp::max ? std::max(a, b) : static_cast<T>(a + b);
+}
+// Rank-ordered reduction of element i of every rank's buffer (offset `at` elements in).
+template <class T>
+T reduce_at(const std::vector<const void*>& slots, index_t at, ReduceOp op) {
+  T acc = static_cast<const T*>(slots[0])[at];
+  for (std::size_t r = 1; r < slots.size(); ++r) acc = combine(acc, static_cast<const T*>(slots[r])[at], op);
+  if (op == ReduceOp::avg) acc = static_cast<T>(acc / static_cast<T>(slots.size()));
+  return acc;
+}
+}  // namespace detail
+
+template <class T, Backend B>
+void InProcessComm::all_reduce(T* data, index_t count, ReduceOp op) {
+  static_assert(B::host_accessible, "InProcessComm reduces on the host: CPU-backend memory only");
+  std::vector<T> result(static_cast<std::size_t>(std::max<index_t>(count, 0)));
+  exchange(data, count, "InProcessComm::all_reduce", [&](const std::vector<const void*>& slots) {
+    for (index_t i = 0; i < count; ++i) result[static_cast<std::size_t>(i)] = detail::reduce_at<T>(slots, i, op);
+  });
+  std::copy(result.begin(), result.end(), data);
+}
+
+template <class T, Backend B>
+void InProcessComm::reduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
+  static_assert(B::host_accessible, "InProcessComm reduces on the host: CPU-backend memory only");
+  std::vector<T> result(static_cast<std::size_t>(std::max<index_t>(count, 0)));
+  exchange(send, count, "InProcessComm::reduce_scatter", [&](const std::vector<const void*>& slots) {
+    for (index_t i = 0; i < count; ++i)
+      result[static_cast<std::size_t>(i)] = detail::reduce_at<T>(slots, rank_ * count + i, op);
+  });
+  std::copy(result.begin(), result.end(), recv);
+}
+
+template <class T, Backend B>
+void InProcessComm::broadcast(T* data, index_t count, int root) {
+  check(root >= 0 && root < size(), "InProcessComm::broadcast", "root ", root, " out of range for world size ", size());
+  exchange(data, count, "InProcessComm::broadcast", [&](const std::vector<const void*>& slots) {
+    if (rank_ != root && count > 0)
+      B::template copy<T>(data, static_cast<const T*>(slots[static_cast<std::size_t>(root)]), static_cast<std::size_t>(count));
+  });
+}
+
+inline void InProcessComm::barrier() { group_->barrier_.arrive_and_wait(); }
 
 template <class T, Backend B>
 void InProcessComm::all_gather(const T* send, index_t count, T* recv) {

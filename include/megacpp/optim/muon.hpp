@@ -12,7 +12,9 @@
 // since AdamW owns embeddings, heads, norms, biases, scalars and routers.
 //
 // Distributed: step(comm) shards the Newton-Schulz work round-robin over comm's ranks and
-// all-gathers the updates (shard_plan.hpp, over a dist/comm.hpp communicator). Momentum buffers are updated for every parameter on
+// all-gathers the updates (shard_plan.hpp, over a dist/comm.hpp communicator). Over a full
+// dist::Comm (non-blocking all-gather) each chunk's all-gather runs while the next chunk's
+// Newton-Schulz is computed (step_overlapped). Momentum buffers are updated for every parameter on
 // every rank (an elementwise pass, cheap beside NS), so every rank holds the full state: any rank's
 // checkpoint is complete, and a run can resume at another world size.
 //
@@ -21,6 +23,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -127,8 +130,14 @@ class Muon {
       T* buf = s.momentum_buffer.data();
       B::template map<T>(1, s.rows * s.cols, fn::Lerp{1.0 - m}, buf, In<T>{buf}, In<T>{s.param.grad().data()});
     }
-    if (world > 1 && recv_.numel() < world * max_numel_) recv_ = Tensor<T, B>(Shape{world * max_numel_});
     const ShardPlan plan(static_cast<index_t>(active.size()), world);
+    if constexpr (dist::Comm<Comm, T, B>) {
+      if (world > 1) {
+        step_overlapped(comm, active, plan);
+        return;
+      }
+    }
+    if (world > 1 && recv_.numel() < world * max_numel_) recv_ = Tensor<T, B>(Shape{world * max_numel_});
     for (index_t k = 0; k < plan.chunks(); ++k) {
       const index_t begin = plan.chunk_begin(k), end = plan.chunk_end(k);
       index_t count = 0;  // the chunk's largest update: every rank sends this many elements
@@ -141,6 +150,45 @@ class Muon {
         updates = recv_.data();
       }
       for (index_t j = begin; j < end; ++j) apply(slots_[active[static_cast<std::size_t>(j)]], updates + (j - begin) * count);
+    }
+  }
+
+  /// The step over a full communicator: chunk k's all-gather is started without waiting, and
+  /// waited for (and its updates applied) only after chunk k + 1's Newton-Schulz has run, so the
+  /// communication of one chunk overlaps the next chunk's compute (two send/receive buffers
+  /// alternate). The updates are the same bits as the blocking path's; only the order in which
+  /// chunks are applied to their (distinct) parameters moves.
+  template <class Comm>
+  void step_overlapped(Comm& comm, const std::vector<std::size_t>& active, const ShardPlan& plan) {
+    const int world = comm.size(), rank = comm.rank();
+    if (send_.numel() < 2 * max_numel_) send_ = Tensor<T, B>(Shape{2 * max_numel_});
+    if (recv_.numel() < 2 * world * max_numel_) recv_ = Tensor<T, B>(Shape{2 * world * max_numel_});
+    using Handle = decltype(comm.template iall_gather<T, B>(send_.data(), index_t{0}, recv_.data()));
+    std::optional<Handle> in_flight;
+    index_t flight_chunk = 0, flight_count = 0;
+    const auto apply_chunk = [&](index_t k, index_t count) {
+      const T* updates = recv_.data() + (k % 2) * world * max_numel_;
+      for (index_t j = plan.chunk_begin(k); j < plan.chunk_end(k); ++j)
+        apply(slots_[active[static_cast<std::size_t>(j)]], updates + (j - plan.chunk_begin(k)) * count);
+    };
+    for (index_t k = 0; k < plan.chunks(); ++k) {
+      const index_t begin = plan.chunk_begin(k), end = plan.chunk_end(k);
+      index_t count = 0;  // the chunk's largest update: every rank sends this many elements
+      for (index_t j = begin; j < end; ++j) count = std::max(count, slots_[active[static_cast<std::size_t>(j)]].numel());
+      T* send = send_.data() + (k % 2) * max_numel_;
+      const index_t mine = begin + rank;
+      if (mine < end) orthogonalise(slots_[active[static_cast<std::size_t>(mine)]], send);  // overlaps chunk k - 1's gather
+      Handle started = comm.template iall_gather<T, B>(send, count, recv_.data() + (k % 2) * world * max_numel_);
+      if (in_flight) {
+        in_flight->wait();
+        apply_chunk(flight_chunk, flight_count);
+      }
+      in_flight.emplace(std::move(started));
+      flight_chunk = k, flight_count = count;
+    }
+    if (in_flight) {
+      in_flight->wait();
+      apply_chunk(flight_chunk, flight_count);
     }
   }
 

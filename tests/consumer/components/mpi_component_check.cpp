@@ -1,15 +1,15 @@
-// Links through megacpp::mpi only: proves the component carries MPI's include dirs and libraries.
-// The MPI communicator itself (include/megacpp/dist) is not written yet.
-#include <mpi.h>
-
+// Links through megacpp::mpi only: proves the component carries MPI's include dirs and libraries
+// and that the installed megacpp/dist/mpi.hpp compiles against them (a one-rank all-reduce).
 #include <cstdio>
 
+#include "megacpp/backends/cpu.hpp"
+#include "megacpp/dist/mpi.hpp"
+
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::printf("mpi_component_check: rank %d of %d\n", rank, size);
-  MPI_Finalize();
-  return size >= 1 ? 0 : 1;
+  megacpp::dist::MpiEnvironment env(&argc, &argv);
+  megacpp::dist::MpiComm comm;
+  double x = 1.0;
+  comm.all_reduce<double, megacpp::Cpu>(&x, 1, megacpp::dist::ReduceOp::sum);
+  std::printf("mpi_component_check: rank %d of %d, all_reduce %g\n", comm.rank(), comm.size(), x);
+  return x == comm.size() ? 0 : 1;
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# mpi_train.sh TRAIN_EXE RUN_MPI OUT: megacpp-train under `mpirun -np 2` (tests/dist/run_mpi.sh).
+# 1. A data-parallel run of a few steps succeeds; rank 0 alone prints (one summary line) and writes
+#    metrics.jsonl (with a validation loss) and the final checkpoint.
+# 2. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
+#    message, within the timeout rather than hanging.
+# Exits 77 (skipped) without mpirun.
+set -uo pipefail
+exe="$1" run_mpi="$2" out="$3"
+command -v mpirun >/dev/null || command -v mpiexec >/dev/null || { echo "no mpirun: skipped"; exit 77; }
+rm -rf "$out"
+fail() { echo "FAILED: $*"; exit 1; }
+
+log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --eval_every 2 --val_tokens 2048 --out "$out/ok" --sample_tokens 0 2>&1)"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "the data-parallel run exited with $status"
+[[ "$(grep -c '^data parallel: 2 ranks' <<<"$log")" == 1 ]] || fail "expected one 'data parallel: 2 ranks' line (rank 0 alone prints)"
+[[ "$(grep -c '^trained 4 steps' <<<"$log")" == 1 ]] || fail "expected one 'trained 4 steps' line"
+[[ -f "$out/ok/metrics.jsonl" ]] || fail "no metrics.jsonl"
+[[ "$(grep -c '"val_loss"' "$out/ok/metrics.jsonl")" -ge 2 ]] || fail "metrics.jsonl lacks validation losses"
+[[ -e "$out/ok/latest" ]] || fail "no checkpoint"
+
+log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/fail" --sample_tokens 0 --debug_fail_rank 1 2>&1)"
+status=$?
+echo "$log"
+[[ $status != 0 ]] || fail "a failing rank did not fail the job"
+[[ $status != 124 ]] || fail "the job hung after a rank failed (timeout)"
+grep -q "rank 1 fails on purpose" <<<"$log" || fail "the failing rank's message is missing"
+grep -q "aborting the MPI job" <<<"$log" || fail "the abort is not reported"
+echo "mpi_train: passed"
