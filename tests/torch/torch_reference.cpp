@@ -62,8 +62,8 @@ void perturb(Model& model, std::uint64_t seed) {
     bool all_zero = true;
     for (const float x : v) all_zero = all_zero && x == 0.0f;
     const Shape shape = p.var.value().shape();
-    const double std = all_zero && shape.rank() == 2 ? 1.0 / std::sqrt(static_cast<double>(shape[1])) : 0.1;
-    for (float& x : v) x += static_cast<float>(std * rng.normal());
+    const double sigma = all_zero && shape.rank() == 2 ? 1.0 / std::sqrt(static_cast<double>(shape[1])) : 0.1;
+    for (float& x : v) x += static_cast<float>(sigma * rng.normal());
     p.var.mutable_value().assign(Tensor<float, Cpu>::from_host(shape, v));
   });
 }
@@ -118,6 +118,25 @@ using TinyMimo = RecipeMIMOLM<float, Cpu, kTinyDims, "AAM", kTinyAttention, kMim
 // MoE with sigmoid routing (a non-zero balancing bias) and a shared expert.
 using TinyMoESigmoid = RecipeMoELM<float, Cpu, kTinyDims, "AEM", kTinyAttention, kTinyMamba,
                                    MoESizes{.experts = 4, .top_k = 2, .shared_experts = 1}, SigmoidBiasTopK>;
+// The modded-nanogpt attention (QK-norm, fixed score scale 0.12, no score softcap) in a model
+// without the final logit softcap: the attention options no trainer letter uses.
+struct QKNormAttentionLetter {
+  template <class T, class B, Dims D>
+  struct factory {
+    using type = Block<GQA<T, B, NoSoftcap, Scale<12, 100>, QKNorm>>;
+    static AttentionConfig config() {
+      AttentionConfig c;
+      c.d_model = D.d_model;
+      c.n_heads = 4;
+      c.n_kv_heads = 1;
+      c.max_seq = D.max_seq;
+      return c;
+    }
+    static type make(Rng& rng) { return make_attention_block<T, B, NoSoftcap, Scale<12, 100>, QKNorm>(config(), rng); }
+    static std::string describe() { return "GQA heads 4/1 QK-norm scale 0.12 no softcap mlp 256"; }
+  };
+};
+using QKNormDense = LM<float, Cpu, kDenseDims, Pattern<"AA">, Letters<Letter<'A', QKNormAttentionLetter>>, NoHeadSoftcap>;
 // Attention then the recurrent tail.
 inline constexpr Dims kRecurrentDims{.d_model = 64, .n_layers = 2, .vocab = 264, .max_seq = 4096};
 using TinyM2RNN = RecipeLM<float, Cpu, kRecurrentDims, "AR", kTinyAttention, kTinyMamba, kTinyM2RNN>;
@@ -135,6 +154,7 @@ int main(int argc, char** argv) {
       m.set_rope_theta(5e5);
       m.set_yarn(Yarn{.factor = 4.0, .original_context = 16});
     });
+    dump<QKNormDense>(root, "dense_qk_norm", 10, [](auto&) {});
     dump<TinyLM<float, Cpu>>(root, "tiny", 2, [](auto&) {});
     dump<TinySoftplusA>(root, "tiny_softplus_a", 3, [](auto&) {});
     dump<TinyMimo>(root, "tiny_mimo", 4, [](auto&) {});
