@@ -8,7 +8,8 @@
 //
 // Every weight is perturbed from its initial value with a fixed seed: at init the blocks' output
 // projections are zero (every block the identity) and the Mamba/M2RNN gains and biases constant,
-// so logits at init would not exercise the layers at all. logits.f32 is (batch, seq, vocab)
+// so logits at init would not exercise the layers at all. Three cases store their weights as
+// BF16, F16 and F64 (rounded first, so megacpp computes with exactly the stored values). logits.f32 is (batch, seq, vocab)
 // little-endian float32, mtp_logits.f32 the MTP module's logits of the same positions.
 #include <cmath>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,13 +70,34 @@ void perturb(Model& model, std::uint64_t seed) {
   });
 }
 
-template <class Model, class Setup>
+// Every weight rounded to S and back: what megacpp computes with after loading an S export.
+template <class S, class Model>
+void round_through(Model& model) {
+  model.for_each_param([](const std::string&, Param<float, Cpu>& p) {
+    p.var.mutable_value().assign(p.var.value().template to<S>().template to<float>());
+  });
+}
+
+// The weights written as element type S (a bf16, f16 or f64 export), as io::save_model writes them.
+template <class S, class Model>
+void save_as(const fs::path& path, Model& model, const std::string& config) {
+  io::SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  writer.set_metadata("megacpp.config", config);
+  writer.set_metadata(io::kModelTypeKey, Model::type_id());
+  model.for_each_param([&](const std::string& name, Param<float, Cpu>& p) { writer.add(name, p.var.value().template to<S>()); });
+  writer.write(path);
+}
+
+// Writes case `name`: the model of `seed`, perturbed, `setup` applied, its weights stored as S.
+template <class Model, class S = float, class Setup>
 void dump(const fs::path& root, const std::string& name, std::uint64_t seed, Setup&& setup) {
   const fs::path dir = root / name;
   fs::create_directories(dir);
   auto model = std::make_unique<Model>(seed);
   perturb(*model, seed + 1);
   setup(*model);
+  if constexpr (!std::is_same_v<S, float>) round_through<S>(*model);
 
   const std::vector<std::int32_t> all = fixed_tokens(static_cast<std::int32_t>(Model::dims.vocab));
   std::vector<std::int32_t> ids, next;
@@ -96,7 +119,8 @@ void dump(const fs::path& root, const std::string& name, std::uint64_t seed, Set
   }
 
   const nlohmann::json config = examples::model_config(*model, name);
-  io::save_model(dir / "model.safetensors", *model, Model::type_id(), {{"megacpp.config", config.dump()}});
+  if constexpr (std::is_same_v<S, float>) io::save_model(dir / "model.safetensors", *model, Model::type_id(), {{"megacpp.config", config.dump()}});
+  else save_as<S>(dir / "model.safetensors", *model, config.dump());
   std::ofstream(dir / "config.json") << config.dump(2) << "\n";
   const nlohmann::json ref = {{"model", name},      {"batch", kBatch},       {"seq", kSeq},
                               {"vocab", Model::dims.vocab}, {"bos_id", kBos}, {"tokens", ids},
@@ -161,6 +185,10 @@ int main(int argc, char** argv) {
     dump<TinyMoELM<float, Cpu>>(root, "tiny_moe", 5, [](auto&) {});
     dump<TinyMoESigmoid>(root, "tiny_moe_sigmoid", 6, [](auto& m) { std::get<1>(m.blocks).ffn.routing.bias = {0.3, -0.2, 0.0, 0.1}; });
     dump<TinyM2RNN>(root, "tiny_m2rnn", 7, [](auto&) {});
+    // exports in the other dtypes the script converts on load (megacpp's own files are F32)
+    dump<TinyLM<float, Cpu>, bf16>(root, "tiny_bf16", 11, [](auto&) {});
+    dump<TinyMoELM<float, Cpu>, f16>(root, "tiny_moe_f16", 12, [](auto&) {});
+    dump<TinyM2RNN, double>(root, "tiny_m2rnn_f64", 13, [](auto&) {});
     dump<Nam56rTinyLM<float, Cpu>>(root, "nam56r_tiny", 8, [](auto&) {});
     dump<TinyMtpLM<float, Cpu>>(root, "tiny_mtp", 9, [](auto&) {});
   } catch (const std::exception& e) {
