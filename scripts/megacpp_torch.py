@@ -89,6 +89,9 @@ def read_safetensors(path):
 def read_checkpoint(path):
     """(tensors, config) of a checkpoint directory (model.safetensors + config.json) or a model.safetensors file."""
     weights = os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
+    if not os.path.isfile(weights):
+        raise CheckpointError(f"{weights}: no such file (give a checkpoint directory holding model.safetensors and "
+                              "config.json, or the model.safetensors file)")
     tensors, metadata = read_safetensors(weights)
     config_path = os.path.join(os.path.dirname(weights), "config.json")
     if os.path.exists(config_path):
@@ -184,8 +187,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(d_model, Hkv * D, bias=False)
         self.wv = nn.Linear(d_model, Hkv * D, bias=False)
         self.wo = nn.Linear(H * D, d_model, bias=False)
-        if c["rope"]:
-            self.register_buffer("inv_freq", rope_frequencies(D, c["rope_theta"], c["yarn"]), persistent=False)
+        # a plain attribute, not a buffer: Module.to(dtype) must not round megacpp's float32 table
+        self.inv_freq = rope_frequencies(D, c["rope_theta"], c["yarn"]) if c["rope"] else None
         yarn_factor = 0.1 * math.log(c["yarn"]["factor"]) + 1.0 if c["rope"] and c["yarn"]["factor"] > 1.0 else 1.0
         self.scale = c["score_scale"] * yarn_factor * yarn_factor
 
@@ -396,8 +399,8 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList(MLP(d_model, c["expert_hidden"]) for _ in range(c["experts"]))
         if c["shared_experts"] > 0:
             self.shared = MLP(d_model, c["shared_experts"] * c["expert_hidden"])
-        self.register_buffer("routing_bias", torch.tensor(c.get("routing_bias", [0.0] * c["experts"]), dtype=torch.float64),
-                             persistent=False)
+        # the sigmoid rule's balancing bias (double in megacpp), kept out of Module.to(dtype)
+        self.routing_bias = torch.tensor(c.get("routing_bias", [0.0] * c["experts"]), dtype=torch.float64)
 
     def forward(self, x):
         c = self.c
@@ -493,6 +496,12 @@ class MegacppLM(nn.Module):
 
     def hidden(self, ids, bos_id=None):
         """Final normalised hidden states (batch, seq, d_model) and the documents."""
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must be (batch, seq), got shape {list(ids.shape)}")
+        vocab = self.config["vocab"]
+        if ids.numel() and (ids.min().item() < 0 or ids.max().item() >= vocab):
+            bad = ids[(ids < 0) | (ids >= vocab)][0].item()
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
         docs = Documents(ids, bos_id)
         x = self.embedding(ids)
         for block in self.blocks:
