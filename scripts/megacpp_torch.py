@@ -24,6 +24,9 @@ megacpp's headers, written for clarity, not speed:
   MLP  relu(x)^2 between two bias-free projections; RMSNorm without gain; tied head with the
        final logit softcap; MTP depth 1 (mtp_logits) when the checkpoint has it.
 
+One file on purpose (longer than the project's ~500-line rule for headers): it is meant to be
+copied next to a checkpoint and used where megacpp is not installed.
+
 Documents: like megacpp's trainer, a row may pack several documents, each starting with the BOS
 token; pass bos_id so attention, positions and recurrent states restart at each one (bos_id=None:
 each row is one document).
