@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev                       # benches
   doxygen                                # API docs
   python3-venv                           # packaging CI: the conan client is pip-installed into a venv
+  python3-torch                          # the torch_loader test (scripts/megacpp_torch.py; PyTorch 1.13, ~85 MB download)
 )
 
 missing=()

@@ -42,6 +42,7 @@
 #include "megacpp/io/checkpoint.hpp"
 #include "megacpp/io/json_value.hpp"
 #include "megacpp/core/version.hpp"
+#include "model_config.hpp"
 
 namespace megacpp::examples {
 
@@ -274,31 +275,6 @@ inline void prepare_run_directory(const fs::path& out, std::int64_t resume_step)
   io::detail::fsync_directory(out);
   std::printf("--out %s held an earlier run: moved its checkpoints, latest and metrics to %s\n", out.string().c_str(),
               aside.string().c_str());
-}
-
-/// The model's configuration as data (config.json beside the weights, and the "megacpp.config"
-/// metadata of model.safetensors): what a reader outside megacpp needs to build the same network,
-/// instead of parsing the free-text type id. `layers` spells the
-/// letter of every layer; `type_id` keeps each letter's sizes in words.
-template <class Model>
-nlohmann::json model_config(const Model& model, const std::string& name) {
-  const std::string pattern = Model::pattern();
-  std::string layers;
-  for (index_t i = 0; i < Model::dims.n_layers; ++i) layers += pattern[static_cast<std::size_t>(i) % pattern.size()];
-  return {{"format", "megacpp"},
-          {"megacpp_version", kVersion},
-          {"model", name},
-          {"type_id", Model::type_id()},
-          {"dtype", std::string(dtype_name<typename Model::value_type>())},
-          {"d_model", Model::dims.d_model},
-          {"n_layers", Model::dims.n_layers},
-          {"vocab", Model::dims.vocab},
-          {"max_seq", Model::dims.max_seq},
-          {"pattern", pattern},
-          {"layers", layers},
-          {"tied_embedding", true},
-          {"logit_softcap", model.head.softcap},
-          {"norm_eps", model.norm_eps}};
 }
 
 /// Writes model, optimizer and state as OUT/step_N atomically, points `latest` at it and keeps
