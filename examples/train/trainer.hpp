@@ -192,8 +192,10 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   std::map<std::string, double> group_lrs;
   for (const auto& route : opt.routes()) group_lrs[route.group] = route.lr;
 
-  data::ShardLoader loader(train_shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size));
+  data::MixtureLoader loader(data::list_streams(o.data, "train"), p.micro_batch, p.seq_len,
+                            static_cast<std::uint32_t>(meta.vocab_size), o.seed);
   if (o.fim_mask) loader.enable_fim_mask(special);
+  const std::string mixture = set_run_mixture(loader, o, p.phase);
 
   TrainingState state;
   state.model = d.name;
@@ -206,7 +208,15 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   if (!o.resume.empty()) {
     const fs::path& dir = resume_dir;
     load_checkpoint(dir, model, opt, type_id);
-    loader.seek(saved.train_position);
+    if (loader.mixed()) {
+      check(saved.train_mixture.has_value(), kTrainTool, "checkpoint ", dir.string(),
+            " was trained on one unnamed stream but ", o.data, " holds named streams: resume on the same data");
+      loader.seek(*saved.train_mixture);
+    } else {
+      check(!saved.train_mixture, kTrainTool, "checkpoint ", dir.string(), " was trained on named streams but ", o.data,
+            " holds one unnamed stream: resume on the same data");
+      loader.seek_single(saved.train_position);
+    }
     rng.set_state(saved.rng_state);
     state.tokens_seen = saved.tokens_seen;
     std::printf("resumed from %s at step %lld (phase %d)\n", dir.string().c_str(), static_cast<long long>(start), saved.phase);
@@ -233,6 +243,8 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
               p.phase.rope_theta, static_cast<long long>(p.total_batch_size), static_cast<long long>(p.accumulation),
               static_cast<long long>(p.micro_batch), static_cast<long long>(p.seq_len), static_cast<long long>(p.steps),
               static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads);
+  if (!mixture.empty()) std::printf("mixture %s (streams drawn per row, seed %llu)\n", mixture.c_str(),
+                                    static_cast<unsigned long long>(o.seed));
   MetricsLog log(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
   const auto run_start = Clock::now();  // the metrics' elapsed_s counts from here
   // FIRE at phase entry (or when asked for), before the first step; logged to the metrics.
@@ -283,8 +295,8 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
     if constexpr (Model::has_mtp) model.mtp.set_weight(mtp_weight);
     const auto ts = Clock::now();
     // The step's loss is the mean over every learned target of the global batch: micro-batch i
-    // weighs count_i / total (FIM context is masked, so counts differ, and a micro-batch inside
-    // one long FIM context may learn nothing at all).
+    // weighs count_i / total (FIM sentinel targets are masked, so counts differ; a micro-batch of
+    // nothing but sentinels would learn nothing at all).
     std::vector<data::PackedBatch<float, Cpu>> batches;
     std::vector<double> counts;
     double total = 0;
@@ -396,14 +408,15 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
       std::snprintf(extra, sizeof extra, " | step %lld/%lld loss %.3f lr %.2e gnorm %.3f", static_cast<long long>(number),
                     static_cast<long long>(p.steps), loss, o.lr_matrix * lr_scale, clip.norm);
     else
-      std::snprintf(extra, sizeof extra, " | step %lld/%lld no learned target (FIM context)", static_cast<long long>(number),
+      std::snprintf(extra, sizeof extra, " | step %lld/%lld no learned target (all masked)", static_cast<long long>(number),
                     static_cast<long long>(p.steps));
     bar.update(static_cast<double>((number - start) * p.total_batch_size), extra);
     if (number % p.eval_every == 0 || number == p.steps) last = run_eval(number);
     if ((o.save_every > 0 && number % o.save_every == 0) || number == end) {
       state.step = number;
       state.rng_state = rng.state();
-      state.train_position = loader.position();
+      if (loader.mixed()) state.train_mixture = loader.position();
+      else state.train_position = loader.single_position();
       state.plasticity = plasticity.to_json();
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
