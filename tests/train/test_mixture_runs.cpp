@@ -100,12 +100,12 @@ TEST_CASE("mixtures: prepare --stream, the phase's mixture, --mix errors, bitwis
     CHECK_THAT(wrong.output, Catch::Contains("was trained on named streams"));
   }
   SECTION("--mix replaces it; phase 2's mixture names no math") {
-    const auto mixed = run(kTrain, small_run(shards, runs / "mix", {"--mix", "code=0.6,text=0.4", "--steps", "2"}), runs,
+    const auto mixed = run(kTrain, small_run(shards, runs / "mix", {"--mix", "code=0.6,text=0.4", "--steps", "3"}), runs,
                            "mix.log");
     INFO(mixed.output);
     CHECK(mixed.exit_code == 0);
     CHECK_THAT(mixed.output, Catch::Contains("mixture code=0.6,text=0.4"));
-    const auto phase2 = run(kTrain, small_run(shards, runs / "p2", {"--phase", "2", "--steps", "2"}), runs, "p2.log");
+    const auto phase2 = run(kTrain, small_run(shards, runs / "p2", {"--phase", "2", "--steps", "3"}), runs, "p2.log");
     INFO(phase2.output);
     CHECK(phase2.exit_code == 0);
     CHECK_THAT(phase2.output, Catch::Contains("mixture code=0.7,text=0.3 "));
