@@ -57,7 +57,10 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("total_batch_size", po::value(&o.total_batch_size)->default_value(0, "model default"), "global batch in tokens")
       ("micro_batch", po::value(&o.micro_batch)->default_value(0, "phase default"), "rows per micro-batch; accumulation = total / (micro_batch x seq_len)")
       ("seq_len", po::value(&o.seq_len)->default_value(0, "phase default"), "tokens per row")
-      ("no_fim_mask", po::bool_switch(&no_fim_mask), "learn the prefix/suffix context of FIM documents too (masked by default)");
+      ("mix", po::value(&o.mix)->default_value("", "phase mixture"),
+       "stream weights summing to 1, e.g. code=0.7,text=0.2,math=0.1 (data written with megacpp-prepare --stream); "
+       "default: the phase's (1: code 0.7 text 0.2 math 0.1, 2: code 0.7 text 0.3, 3: code 0.5 text 0.3 math 0.2)")
+      ("no_fim_mask", po::bool_switch(&no_fim_mask), "learn the FIM sentinel targets <PRE> <SUF> <MID> too (masked by default)");
   po::options_description optim_opts("Optimizer (Muon for 2-D matrices, AdamW for the rest)");
   optim_opts.add_options()
       ("lr_matrix", po::value(&o.lr_matrix)->default_value(o.lr_matrix, shown_default(o.lr_matrix)), "Muon learning rate")

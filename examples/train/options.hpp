@@ -8,6 +8,7 @@
 // UsageError naming the flag and the value.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli.hpp"
+#include "megacpp/data/mixture.hpp"
 #include "megacpp/optim.hpp"
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/train/mtp_schedule.hpp"
@@ -45,7 +47,8 @@ struct TrainOptions {
   double lr_scalar = 0.004;          ///< AdamW lr of everything else (norm gains, Mamba scalars)
   double weight_decay = 0.0;         ///< decoupled weight decay of 2-D matrices
   double max_grad_norm = 1.0;        ///< global gradient-norm clip
-  bool fim_mask = true;              ///< mask the context targets of FIM documents
+  bool fim_mask = true;              ///< mask the FIM sentinel targets (data/fim.hpp)
+  std::string mix;                   ///< stream weights "code=0.7,text=0.2" ("": the phase's mixture)
   double mtp_weight = -1;            ///< MTP lambda before the switch (-1: 0.3; models with MTP only)
   double mtp_weight_final = -1;      ///< MTP lambda from the switch on (-1: 0.1)
   std::int64_t mtp_switch_tokens = -1;  ///< tokens seen at the switch (-1: 10/14.8 of the run, DeepSeek-V3)
@@ -74,12 +77,23 @@ struct TrainOptions {
             {"warmup_steps", warmup_steps}, {"lr_schedule", lr_schedule}, {"lr_decay_steps", lr_decay_steps},
             {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
             {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
-            {"fim_mask", fim_mask}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
+            {"fim_mask", fim_mask}, {"mix", mix}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
             {"mtp_switch_tokens", mtp_switch_tokens}};
   }
 };
 
 inline const std::string kTrainTool = "megacpp-train";
+
+/// --mix parsed (data::parse_mixture); a malformed value is a UsageError naming it.
+inline data::Mixture parse_mix_flag(const std::string& text) {
+  try {
+    return data::parse_mixture(text);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(kTrainTool, std::string("--mix \"") + text + "\": " + e.what());
+  }
+}
 
 /// Checks what the options say on their own (no model needed); `given` holds the flags the
 /// command line set, so an integer left at its "model default" sentinel is not range-checked.
@@ -97,6 +111,7 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   if (has("eval_every")) check_range(t, "eval_every", o.eval_every, 1, kMaxSteps);
   if (has("val_tokens")) check_range(t, "val_tokens", o.val_tokens, 1, kMaxTokens);
   check_range(t, "phase", o.phase, 1, 3, "1 syntax, 2 file, 3 repo");
+  if (has("mix")) parse_mix_flag(o.mix);
   if (has("total_batch_size")) check_range(t, "total_batch_size", o.total_batch_size, 1, kMaxTokens);
   if (has("micro_batch")) check_range(t, "micro_batch", o.micro_batch, 1, kMaxTokens);
   if (has("seq_len")) check_range(t, "seq_len", o.seq_len, 1, kMaxTokens);
@@ -124,6 +139,41 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_range(t, "debug_poison_step", o.debug_poison_step, 0, kMaxSteps);
   check_range(t, "debug_checkpoint_pause_ms", o.debug_checkpoint_pause_ms, 0, 60000);
   check_plasticity_flags(t, o.plasticity);
+}
+
+/// Gives `loader` the run's mixture: --mix when given, else the phase's (restricted to the streams
+/// the data has, renormalised, and said so). Returns the mixture as text ("" for data with one
+/// unnamed stream). --mix on such data, or naming a stream the data lacks, is a UsageError.
+inline std::string set_run_mixture(data::MixtureLoader& loader, const TrainOptions& o, const CurriculumPhase& phase) {
+  const auto& t = kTrainTool;
+  if (!loader.mixed()) {
+    check_flag(o.mix.empty(), t, "mix", "\"", o.mix, "\": the data in ", o.data,
+               " is one unnamed stream (train_NNNNNN.bin); write named streams with megacpp-prepare --stream NAME=DIR");
+    return "";
+  }
+  std::string available;
+  for (const auto& s : loader.streams()) available += (available.empty() ? "" : ", ") + s;
+  data::Mixture m;
+  if (!o.mix.empty()) {
+    m = parse_mix_flag(o.mix);
+    for (const auto& w : m) {
+      const auto streams = loader.streams();
+      check_flag(std::find(streams.begin(), streams.end(), w.stream) != streams.end(), t, "mix", "\"", o.mix,
+                 "\": unknown stream \"", w.stream, "\" (the data in ", o.data, " has ", available, ")");
+    }
+  } else {
+    try {
+      m = phase_mixture_for(phase, loader.streams());
+    } catch (const Error& e) {
+      throw UsageError(t, std::string(e.what()) + " (the data in " + o.data + " has " + available + ")");
+    }
+    const std::string full = data::format_mixture(phase_mixture(phase));
+    if (data::format_mixture(m) != full)
+      std::printf("phase %d mixture %s: the data has %s, so rows are drawn by %s\n", phase.number, full.c_str(),
+                  available.c_str(), data::format_mixture(m).c_str());
+  }
+  loader.set_mixture(m);
+  return data::format_mixture(m);
 }
 
 /// Sizes of one run after the model's defaults and the phase are applied.

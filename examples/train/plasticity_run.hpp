@@ -130,8 +130,8 @@ class PlasticityRun {
   /// ReDo after the optimiser step of step `number`, every --redo_every.
   nlohmann::json after_step(std::int64_t number) {
     if (flags_.redo_every == 0 || number % flags_.redo_every != 0) return {};
-    // Steps whose micro-batches learn nothing skip their forward passes (possible only inside one
-    // long FIM context): the pass then waits for the evidence instead of judging on less.
+    // Steps whose micro-batches learn nothing skip their forward passes (possible only when every
+    // target is masked): the pass then waits for the evidence instead of judging on less.
     if (!tracker_.ready()) return {{"step", number}, {"intervention", "redo"}, {"skipped", "not enough activation history"}};
     const auto entries = tracker_.recycle(params_, opt_);
     nlohmann::json units = nlohmann::json::object();

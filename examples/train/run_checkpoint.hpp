@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -38,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "megacpp/data/loader.hpp"
+#include "megacpp/data/mixture.hpp"
 #include "megacpp/data/shard_meta.hpp"
 #include "megacpp/io/checkpoint.hpp"
 #include "megacpp/io/json_value.hpp"
@@ -55,7 +57,8 @@ struct TrainingState {
   std::string model;                  ///< registry name ("tiny")
   std::string model_type;             ///< Model::type_id() of the model
   std::uint64_t rng_state = 0;        ///< the trainer's Rng after `step` steps
-  data::LoaderPosition train_position;  ///< where the next training batch starts
+  data::LoaderPosition train_position;  ///< where the next training batch starts (one unnamed stream)
+  std::optional<data::MixturePosition> train_mixture;  ///< the row draws and each named stream's position (mixtures)
   std::int64_t tokens_seen = 0;       ///< training tokens consumed
   int threads = 1;                    ///< OpenMP threads (bitwise resume needs the same count)
   nlohmann::json options;             ///< the command line's options, for the record
@@ -64,6 +67,12 @@ struct TrainingState {
 };
 
 inline nlohmann::json to_json(const TrainingState& s) {
+  nlohmann::json mixture;  // null for one unnamed stream
+  if (s.train_mixture) {
+    mixture = {{"rng_state", std::to_string(s.train_mixture->rng_state)}, {"streams", nlohmann::json::object()}};
+    for (const auto& [name, p] : s.train_mixture->streams)
+      mixture["streams"][name] = {{"shard", p.shard}, {"token", p.token}, {"epoch", p.epoch}};
+  }
   return {{"format", 1},
           {"step", s.step},
           {"phase", s.phase},
@@ -71,6 +80,7 @@ inline nlohmann::json to_json(const TrainingState& s) {
           {"model_type", s.model_type},
           {"rng_state", std::to_string(s.rng_state)},  // a JSON number would lose 64-bit precision
           {"train_position", {{"shard", s.train_position.shard}, {"token", s.train_position.token}, {"epoch", s.train_position.epoch}}},
+          {"train_mixture", mixture},
           {"tokens_seen", s.tokens_seen},
           {"threads", s.threads},
           {"options", s.options},
@@ -106,6 +116,17 @@ inline std::int64_t json_integer(const nlohmann::json& j, const char* key, const
   return v.get<std::int64_t>();
 }
 
+// A 64-bit unsigned integer stored as a decimal string (a JSON number would lose precision).
+// Digits only: std::stoull would take "-1" as 2^64 - 1.
+inline std::uint64_t json_u64_string(const nlohmann::json& j, const char* key, const std::string& file) {
+  const auto text = json_field<std::string>(j, key, file);
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  check(!text.empty() && text[0] != '-' && text[0] != '+' && ec == std::errc() && end == text.data() + text.size(),
+        "checkpoint", file, ": ", key, " \"", text, "\" is not an unsigned 64-bit integer");
+  return value;
+}
+
 }  // namespace detail
 
 /// Parses state.json of a checkpoint; every field's type and range is checked and named when wrong.
@@ -130,15 +151,28 @@ inline TrainingState read_training_state(const fs::path& file) {
   s.model = detail::json_field<std::string>(j, "model", f);
   check(!s.model.empty(), "checkpoint", f, ": field \"model\" is empty");
   s.model_type = detail::json_field<std::string>(j, "model_type", f);
-  const auto rng = detail::json_field<std::string>(j, "rng_state", f);
-  // Digits only: std::stoull would take "-1" as 2^64 - 1.
-  const auto [end, ec] = std::from_chars(rng.data(), rng.data() + rng.size(), s.rng_state);
-  check(!rng.empty() && rng[0] != '-' && rng[0] != '+' && ec == std::errc() && end == rng.data() + rng.size(),
-        "checkpoint", f, ": rng_state \"", rng, "\" is not an unsigned 64-bit integer");
-  const auto pos = detail::json_field<nlohmann::json>(j, "train_position", f);
-  s.train_position.shard = static_cast<std::size_t>(detail::json_integer(pos, "shard", f, 0, INT32_MAX));
-  s.train_position.token = detail::json_integer(pos, "token", f, 0, kMaxCount);
-  s.train_position.epoch = static_cast<std::uint64_t>(detail::json_integer(pos, "epoch", f, 0, kMaxCount));
+  s.rng_state = detail::json_u64_string(j, "rng_state", f);
+  const auto read_position = [&](const nlohmann::json& pos) {
+    data::LoaderPosition p;
+    p.shard = static_cast<std::size_t>(detail::json_integer(pos, "shard", f, 0, INT32_MAX));
+    p.token = detail::json_integer(pos, "token", f, 0, kMaxCount);
+    p.epoch = static_cast<std::uint64_t>(detail::json_integer(pos, "epoch", f, 0, kMaxCount));
+    return p;
+  };
+  s.train_position = read_position(detail::json_field<nlohmann::json>(j, "train_position", f));
+  if (j.contains("train_mixture") && !j["train_mixture"].is_null()) {  // absent before mixtures existed
+    const auto& m = j["train_mixture"];
+    check(m.is_object() && m.contains("streams") && m["streams"].is_object() && !m["streams"].empty(), "checkpoint",
+          f, ": field \"train_mixture\" must be {\"rng_state\": \"N\", \"streams\": {name: position}}");
+    data::MixturePosition mp;
+    mp.rng_state = detail::json_u64_string(m, "rng_state", f);
+    for (const auto& [name, pos] : m["streams"].items()) {
+      check(data::valid_stream_name(name), "checkpoint", f, ": train_mixture names stream \"", name,
+            "\", which is not lowercase letters and digits");
+      mp.streams[name] = read_position(pos);
+    }
+    s.train_mixture = mp;
+  }
   s.tokens_seen = detail::json_integer(j, "tokens_seen", f, 0, kMaxCount);
   s.threads = static_cast<int>(detail::json_integer(j, "threads", f, 1, 1 << 20));
   s.options = detail::json_field<nlohmann::json>(j, "options", f);

@@ -171,9 +171,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   for_each_moe_layer(model, [&](const auto&) { ++moe_layers; });
   check(world == 1 || moe_layers == 0, kTrainTool, "model ", d.name, " has ", moe_layers,
         " MoE layers, whose routing bias follows each rank's own expert load; MoE models are not data-parallel yet");
-  data::ShardLoader loader(train_shards, p.micro_batch, p.seq_len, static_cast<std::uint32_t>(meta.vocab_size), rank,
-                           world);
+  data::MixtureLoader loader(data::list_streams(o.data, "train"), p.micro_batch, p.seq_len,
+                             static_cast<std::uint32_t>(meta.vocab_size), o.seed, rank, world);
   if (o.fim_mask) loader.enable_fim_mask(special);
+  const std::string mixture = set_run_mixture(loader, o, p.phase);
 
   TrainingState state;
   state.model = d.name;
@@ -186,7 +187,15 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   if (!o.resume.empty()) {
     const fs::path& dir = resume_dir;
     load_checkpoint(dir, model, opt, type_id);
-    loader.seek(saved.train_position);
+    if (loader.mixed()) {
+      check(saved.train_mixture.has_value(), kTrainTool, "checkpoint ", dir.string(),
+            " was trained on one unnamed stream but ", o.data, " holds named streams: resume on the same data");
+      loader.seek(*saved.train_mixture);
+    } else {
+      check(!saved.train_mixture, kTrainTool, "checkpoint ", dir.string(), " was trained on named streams but ", o.data,
+            " holds one unnamed stream: resume on the same data");
+      loader.seek_single(saved.train_position);
+    }
     rng.set_state(saved.rng_state);
     state.tokens_seen = saved.tokens_seen;
     std::printf("resumed from %s at step %lld (phase %d)\n", dir.string().c_str(), static_cast<long long>(start), saved.phase);
@@ -228,6 +237,8 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                 world, static_cast<long long>(p.accumulation), static_cast<long long>(p.micro_batch),
                 static_cast<long long>(p.seq_len), static_cast<long long>(p.total_batch_size),
                 dist::DataParallelOptions{}.bucket_bytes >> 20, data_parallel->buckets());
+  if (!mixture.empty()) std::printf("mixture %s (streams drawn per row, seed %llu)\n", mixture.c_str(),
+                                    static_cast<unsigned long long>(o.seed));
   std::optional<MetricsLog> metrics;
   if (lead) metrics.emplace(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
   const auto write_log = [&](const nlohmann::json& record) {
@@ -285,8 +296,8 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     if constexpr (Model::has_mtp) model.mtp.set_weight(mtp_weight);
     const auto ts = Clock::now();
     // The step's loss is the mean over every learned target of the global batch: micro-batch i
-    // weighs count_i / total (FIM context is masked, so counts differ, and a micro-batch inside
-    // one long FIM context may learn nothing at all).
+    // weighs count_i / total (FIM sentinel targets are masked, so counts differ; a micro-batch of
+    // nothing but sentinels would learn nothing at all).
     std::vector<data::PackedBatch<float, Cpu>> batches;
     std::vector<double> counts;
     double total = 0;
@@ -411,14 +422,15 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       std::snprintf(extra, sizeof extra, " | step %lld/%lld loss %.3f lr %.2e gnorm %.3f", static_cast<long long>(number),
                     static_cast<long long>(p.steps), loss, o.lr_matrix * lr_scale, clip.norm);
     else
-      std::snprintf(extra, sizeof extra, " | step %lld/%lld no learned target (FIM context)", static_cast<long long>(number),
+      std::snprintf(extra, sizeof extra, " | step %lld/%lld no learned target (all masked)", static_cast<long long>(number),
                     static_cast<long long>(p.steps));
     if (bar) bar->update(static_cast<double>((number - start) * p.total_batch_size), extra);
     if (number % p.eval_every == 0 || number == p.steps) last = run_eval(number);
     if (lead && ((o.save_every > 0 && number % o.save_every == 0) || number == end)) {
       state.step = number;
       state.rng_state = rng.state();
-      state.train_position = loader.position();
+      if (loader.mixed()) state.train_mixture = loader.position();
+      else state.train_position = loader.single_position();
       state.plasticity = plasticity.to_json();
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }

@@ -6,7 +6,9 @@
 
 #include "megacpp/data/bpe_pieces.hpp"
 #include "megacpp/data/fim.hpp"
+#include "megacpp/data/fim_spans.hpp"
 #include "megacpp/data/loader.hpp"
+#include "megacpp/data/mixture.hpp"
 #include "megacpp/data/shard.hpp"
 #include "megacpp/data/shard_meta.hpp"
 #include "megacpp/data/tokenizer.hpp"

@@ -95,7 +95,7 @@ void shard_seeds(const fs::path& dir) {
     const auto ids = bytes.encode_document(d);
     plain.insert(plain.end(), ids.begin(), ids.end());
     const auto rewritten = data::fim_transform(ids, bytes.special(), data::FimConfig{1.0, 0.5}, rng);
-    fim.insert(fim.end(), rewritten.begin(), rewritten.end());
+    fim.insert(fim.end(), rewritten.tokens.begin(), rewritten.tokens.end());
   }
   data::write_shard(dir / "documents.bin", plain);
   data::write_shard(dir / "fim.bin", fim);

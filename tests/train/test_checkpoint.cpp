@@ -204,6 +204,23 @@ TEST_CASE("curriculum: accumulation keeps the global batch and rope_theta reache
   CHECK(after.back() == Approx(std::pow(5e5, -(D - 2) / D)).epsilon(1e-5));
 }
 
+TEST_CASE("curriculum: each phase holds the recipe's data mixture", "[curriculum][mixture]") {
+  CHECK(data::format_mixture(phase_mixture(recipe_phase(1))) == "code=0.7,text=0.2,math=0.1");
+  CHECK(data::format_mixture(phase_mixture(recipe_phase(2))) == "code=0.7,text=0.3");
+  CHECK(data::format_mixture(phase_mixture(recipe_phase(3))) == "code=0.5,text=0.3,math=0.2");
+  for (const auto& phase : kRecipePhases) {
+    double sum = 0;
+    for (const auto& w : phase_mixture(phase)) sum += w.weight;
+    CHECK(sum == Approx(1.0));
+  }
+  // Data without a math stream: the phase's weights over the streams it has, renormalised.
+  const auto no_math = phase_mixture_for(recipe_phase(1), {"code", "text", "other"});
+  REQUIRE(no_math.size() == 2);
+  CHECK(no_math[0].weight == Approx(0.7 / 0.9));
+  CHECK(no_math[1].weight == Approx(0.2 / 0.9));
+  CHECK_THROWS_WITH(phase_mixture_for(recipe_phase(2), {"math"}), Catch::Contains("names none of the data's streams"));
+}
+
 TEST_CASE("metrics log is cut back on resume and the loss plot draws both series", "[metrics]") {
   TempDir dir;
   {

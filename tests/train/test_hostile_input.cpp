@@ -333,6 +333,11 @@ TEST_CASE("CLI conventions: --version, short flags, switches, defaults as writte
   CHECK_THAT(help.output, Catch::Contains("-m [ --model ]") && Catch::Contains("--no_fim_mask") &&
                               Catch::Contains("(=0.004)"));
   CHECK_THAT(help.output, !Catch::Contains("00000000000"));  // no 17-digit defaults
+  CHECK_THAT(help.output, Catch::Contains("--mix arg (=phase mixture)") && Catch::Contains("code=0.7,text=0.2,math=0.1"));
+  const ProcessResult prepare_help = run(kPrepare, {"--help"}, dir, "prepare_help.log");
+  CHECK(prepare_help.exit_code == 0);
+  CHECK_THAT(prepare_help.output, Catch::Contains("--stream arg") && Catch::Contains("--fim_rate arg (=0.6)") &&
+                                      Catch::Contains("--fim_structured arg (=1/3)"));
   // A boolean takes no value; a usage error exits 2 naming the flag.
   expect_exit(kTrain, {"--no_fim_mask", "1"}, dir, 2, "too many positional options");
   expect_exit(kGenerate, {"-c", (dir / "none").string(), "-n", "-5"}, dir, 2, "--tokens");

@@ -224,12 +224,12 @@ TEST_CASE("trainer: bad input stops with a clear message, never a crash", "[trai
 }
 
 TEST_CASE("trainer: a step with no learned target logs a null loss, and the plot skips it", "[trainer][metrics]") {
-  // The training shard is one FIM document whose context never reaches <MID> (BOS <PRE> text...):
-  // with the FIM mask (on by default) every target is masked, so no step has a loss or a gradient.
+  // The training shard is BOS and then nothing but FIM sentinels (<PRE> <SUF> <MID> ...): with the
+  // FIM mask (on by default) every target is masked, so no step has a loss or a gradient.
   Corpus corpus;
   TempDir runs;
-  std::vector<std::uint32_t> context{256, 258};  // BOS <PRE>
-  while (context.size() < 40000) context.push_back(static_cast<std::uint32_t>('a' + context.size() % 26));
+  std::vector<std::uint32_t> context{256};  // BOS
+  while (context.size() < 40000) context.push_back(static_cast<std::uint32_t>(258 + context.size() % 3));
   data::write_shard(corpus.dir / "train_000000.bin", context);
   const auto r = run(kTrain, small_run(corpus.dir.path, runs / "fim", {"--steps", "3"}), runs, "fim.log");
   INFO(r.output);

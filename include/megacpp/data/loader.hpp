@@ -103,15 +103,24 @@ class ShardLoader {
     position_ = p;
   }
 
-  /// Derive loss_mask from FIM sentinels (data/fim.hpp): context targets of FIM examples get 0.
+  /// Derive loss_mask from FIM sentinels (data/fim.hpp): a target that is `<PRE>`, `<SUF>` or `<MID>` gets 0.
   void enable_fim_mask(const SpecialTokens& tokens) {
     fim_ = tokens;
     fim_enabled_ = true;
   }
 
-  /// This rank's rows for the next step; loss_mask is 1 except FIM context (when enabled).
+  /// This rank's rows for the next step; loss_mask is 1 except FIM sentinel targets (when enabled).
   template <class T, Backend B>
   PackedBatch<T, B> next() {
+    PackedBatch<T, B> out;
+    next_host(out);
+    out.upload();
+    return out;
+  }
+
+  /// next() without the upload: fills out's host vectors (batch, seq, ids, loss mask) only.
+  template <class T, Backend B>
+  void next_host(PackedBatch<T, B>& out) {
     if (position_.token + tokens_per_step() > shards_[position_.shard]->size()) {
       position_.token = 0;
       if (++position_.shard == shards_.size()) {
@@ -124,7 +133,6 @@ class ShardLoader {
     shard.read(position_.token + static_cast<index_t>(rank_) * batch_ * seq_, tokens, vocab_);
     position_.token += tokens_per_step() - 1;
 
-    PackedBatch<T, B> out;
     out.batch = batch_;
     out.seq = seq_;
     out.input_ids_host.resize(static_cast<std::size_t>(batch_ * seq_));
@@ -135,29 +143,10 @@ class ShardLoader {
         out.target_ids_host[b * seq_ + t] = tokens[b * seq_ + t + 1];
       }
     out.loss_mask_host.assign(out.input_ids_host.size(), T(1));
-    if (fim_enabled_) {
-      const index_t first = position_.token - (tokens_per_step() - 1) + static_cast<index_t>(rank_) * batch_ * seq_;
-      for (index_t b = 0; b < batch_; ++b) {
-        const std::size_t row = static_cast<std::size_t>(b * seq_);
-        fim_loss_mask(out.input_ids_host.data() + row, out.target_ids_host.data() + row, static_cast<std::size_t>(seq_),
-                      region_before(shard, first + b * seq_), fim_, out.loss_mask_host.data() + row);
-      }
-    }
-    out.upload();
-    return out;
+    if (fim_enabled_) fim_loss_mask(out.target_ids_host.data(), out.target_ids_host.size(), fim_, out.loss_mask_host.data());
   }
 
  private:
-  // The FIM region in force just before token `index` of `shard`: scan back to the nearest
-  // token that sets it (BOS, <PRE>, <MID>); a shard starts in plain text.
-  FimRegion region_before(const TokenShard& shard, index_t index) const {
-    for (index_t i = index - 1; i >= 0; --i) {
-      const auto t = static_cast<std::int32_t>(shard.token(i));
-      if (t == fim_.bos || t == fim_.fim_prefix || t == fim_.fim_middle) return fim_next_region(FimRegion::plain, t, fim_);
-    }
-    return FimRegion::plain;
-  }
-
   std::vector<std::unique_ptr<TokenShard>> shards_;
   index_t batch_, seq_;
   index_t tokens_per_step_ = 0;  // world x batch x seq + 1, checked in the constructor

@@ -13,19 +13,29 @@
 // on (nn/attention/yarn.hpp): factor 4 over an original context of a quarter of the phase's
 // seq_len (64K over phase 2's 16K). What the phase table says about plasticity (FIRE at entry,
 // DASH and ReDo in phase 1) is applied by the trainer (megacpp/plasticity, docs/systems/plasticity.md).
-// Per-phase data mixtures (70/30, 50/30/20) are not in the table yet.
+// Each phase also names its data mixture over the streams megacpp-prepare writes (docs/recipe.md
+// "Data mixtures"): 70% code / 20% text / 10% math at 4K, 70/30 code/text at 16K, 50/30/20
+// code/text/math at 64K; the trainer's MixtureLoader (data/mixture.hpp) draws rows by it.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
+#include "megacpp/data/mixture.hpp"
 #include "megacpp/nn/attention/yarn.hpp"
 
 namespace megacpp {
+
+/// A stream's share in a phase's mixture (an empty stream name ends the list).
+struct PhaseStreamWeight {
+  std::string_view stream;  ///< stream name as megacpp-prepare --stream writes it ("code", "text", "math")
+  double weight = 0;        ///< share of the phase's training rows
+};
 
 /// One phase of the context curriculum.
 struct CurriculumPhase {
@@ -36,12 +46,39 @@ struct CurriculumPhase {
   double yarn_factor = 1.0;  ///< YaRN context extension factor over seq_len / yarn_factor (1: plain RoPE)
   bool fire_at_entry = false;  ///< entering the phase orthogonalises the attention Q/K projections (FIRE)
   bool dash_and_redo = false;  ///< DASH and ReDo may run in this phase (phase 1 only by default)
+  std::array<PhaseStreamWeight, 3> mixture{};  ///< the phase's data mixture (docs/recipe.md "Data mixtures")
 };
 
 /// The recipe's phases 1-3 at full scale (a small model may scale seq_len down, see phase_seq_len).
-inline constexpr std::array<CurriculumPhase, 3> kRecipePhases{{{1, "syntax", 4096, 1e4, 1.0, false, true},
-                                                               {2, "file", 16384, 5e5, 1.0, true, false},
-                                                               {3, "repo", 65536, 1e6, 4.0, true, false}}};
+inline constexpr std::array<CurriculumPhase, 3> kRecipePhases{
+    {{1, "syntax", 4096, 1e4, 1.0, false, true, {{{"code", 0.7}, {"text", 0.2}, {"math", 0.1}}}},
+     {2, "file", 16384, 5e5, 1.0, true, false, {{{"code", 0.7}, {"text", 0.3}, {"", 0.0}}}},
+     {3, "repo", 65536, 1e6, 4.0, true, false, {{{"code", 0.5}, {"text", 0.3}, {"math", 0.2}}}}}};
+
+/// The phase's mixture as data::Mixture (its weights sum to 1).
+inline data::Mixture phase_mixture(const CurriculumPhase& phase) {
+  data::Mixture m;
+  for (const auto& w : phase.mixture)
+    if (!w.stream.empty()) m.push_back({std::string(w.stream), w.weight});
+  return m;
+}
+
+/// The phase's mixture restricted to `available` streams and renormalised (data without a math
+/// stream trains phase 1 on code 0.7/0.9, text 0.2/0.9); throws when none of its streams is there.
+inline data::Mixture phase_mixture_for(const CurriculumPhase& phase, const std::vector<std::string>& available) {
+  data::Mixture m;
+  double sum = 0;
+  for (const auto& w : phase_mixture(phase))
+    for (const auto& a : available)
+      if (a == w.stream) {
+        m.push_back(w);
+        sum += w.weight;
+      }
+  check(sum > 0, "curriculum", "phase ", phase.number, "'s mixture ", data::format_mixture(phase_mixture(phase)),
+        " names none of the data's streams: give --mix");
+  for (auto& w : m) w.weight /= sum;
+  return m;
+}
 
 /// The recipe phase with number `n` (1-3); throws naming `n` otherwise.
 inline const CurriculumPhase& recipe_phase(int n) {

@@ -19,7 +19,7 @@
 // e_t embeds another document's token is learned. Such a position is the last of its document,
 // so no other position attends to it: it contributes exactly zero gradient. Positions T-2 and
 // T-1 of a row are always masked (x_T's document is unknown from the row, x_{T+1} is absent).
-// The main loss mask of x_{t+2} (loss_mask_{t+1}, e.g. FIM context) applies as well.
+// The main loss mask of x_{t+2} (loss_mask_{t+1}, e.g. a FIM sentinel) applies as well.
 #pragma once
 
 #include <cmath>
