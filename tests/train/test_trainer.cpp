@@ -291,7 +291,7 @@ TEST_CASE("trainer: a --precision bf16 run resumes bitwise, keeps fp32 weights a
   CHECK(other.exit_code == 0);
   CHECK_THAT(other.output, Catch::Contains("written with --precision bf16, this run uses fp32"));
   // the default follows the CPU; a bad value is a usage error naming the flag
-  const auto dflt = run(kTrain, small_run(corpus.dir.path, runs / "default", {"--steps", "1"}), runs, "d.log");
+  const auto dflt = run(kTrain, small_run(corpus.dir.path, runs / "default", {"--steps", "3"}), runs, "d.log");
   CHECK_THAT(dflt.output, Catch::Contains(cpu::cpu_has_avx512_bf16() ? "precision bf16" : "precision fp32"));
   const auto bad = run(kTrain, small_run(corpus.dir.path, runs / "bad", {"--precision", "fp16"}), runs, "e.log");
   CHECK(bad.exit_code == 2);
