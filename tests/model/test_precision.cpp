@@ -77,7 +77,7 @@ TEST_CASE("Bf16Mixed: matmul's forward and both gradients are fp32 sums of bf16-
   CHECK(worst > 1e-4);
 }
 
-TEST_CASE("Bf16Mixed: the model's type sets the products' precision; the loss stays near fp32's", "[precision]") {
+TEST_CASE("Bf16Mixed: the model's type sets the products' precision, and the loss stays near fp32's", "[precision]") {
   using Model32 = TinyLM<float, Cpu>;
   using Model16 = Model32::with_precision<Bf16Mixed>;
   static_assert(std::is_same_v<Model32::precision_type, Fp32>);
