@@ -9,6 +9,10 @@
 // the tied head) per token + 6 x the attention products actually computed (QK^T and PV, causal
 // within documents): the useful work of a step, not what the kernels happen to execute. MTP adds
 // its W_p and block matrices, a second pass through the tied head and one attention layer.
+// The dense and "AAM" models run again with Bf16Mixed (bf16 product operands, fp32 sums and
+// everything else fp32: autograd/precision.hpp), timed round-robin with their fp32 twins; their
+// MFU is against the bf16 dot-product peak (VDPBF16PS, measured like the FMA peak) of the path
+// that ran, or the FMA peak on the fp32 fallback.
 #include <chrono>
 #include <cstdio>
 
@@ -24,6 +28,8 @@ inline constexpr AttentionSizes kBenchAttention{.n_heads = 8, .n_kv_heads = 2};
 inline constexpr MambaSizes kBenchMamba{.d_state = 128, .headdim = 64, .expand = 2};
 using DenseModel = RecipeLM<float, Cpu, kBenchDims, "A", kBenchAttention, kBenchMamba>;
 using HybridModel = RecipeLM<float, Cpu, kBenchDims, "AAM", kBenchAttention, kBenchMamba>;
+using DenseBf16Model = DenseModel::with_precision<Bf16Mixed>;
+using HybridBf16Model = HybridModel::with_precision<Bf16Mixed>;
 using MtpModel = LM<float, Cpu, kBenchDims, Pattern<"A">, RecipeLetters<kBenchAttention, kBenchMamba>, HeadSoftcap<30>,
                     MtpDepth1<'A'>>;
 // "AEM": attention, an MoE feed-forward layer (8 experts of 4 d / 2, top-2, balance loss), Mamba-3.
@@ -115,7 +121,7 @@ StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
 int main(int argc, char** argv) {
   const bench::BenchArgs args = bench::parse_args(argc, argv);
   bench::print_system_info("train_step",
-                           "fp32, V 8192, d 512, 4 layers, 8/2 heads, T 1024, B 4, 8 documents per row, AdamW; "
+                           "fp32 and bf16 mixed (Bf16Mixed), V 8192, d 512, 4 layers, 8/2 heads, T 1024, B 4, 8 documents per row, AdamW; "
                            "dense pattern \"A\", dense + MTP depth 1 (lambda 0.3), hybrid \"AAM\" and MoE hybrid "
                            "\"AEM\" (8 experts, top-2)",
                            args);
@@ -128,8 +134,37 @@ int main(int argc, char** argv) {
                                          args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
   const StepFigures dense = dense_bench.figures(t[0].median_s, "dense");
   const StepFigures mtp = mtp_bench.figures(t[1].median_s, "mtp");
-  const StepFigures hybrid = time_steps<HybridModel>(args, "aam");
   const StepFigures moe = time_steps<MoEModel>(args, "aem-moe");
+  // fp32 and bf16 mixed precision round-robin, per model, so each ratio sees one machine state
+  StepFigures hybrid, hybrid16;
+  {
+    StepBench<HybridModel> fp32_bench;
+    StepBench<HybridBf16Model> bf16_bench;
+    const auto th = bench::time_interleaved({{"aam", [&] { fp32_bench.step(); }}, {"aam-bf16", [&] { bf16_bench.step(); }}},
+                                            args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+    hybrid = fp32_bench.figures(th[0].median_s, "aam");
+    hybrid16 = bf16_bench.figures(th[1].median_s, "aam-bf16");
+  }
+  StepFigures dense32, dense16;
+  {
+    StepBench<DenseModel> fp32_bench;
+    StepBench<DenseBf16Model> bf16_bench;
+    const auto td = bench::time_interleaved({{"dense", [&] { fp32_bench.step(); }}, {"dense-bf16", [&] { bf16_bench.step(); }}},
+                                            args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+    dense32 = fp32_bench.figures(td[0].median_s, "dense");
+    dense16 = bf16_bench.figures(td[1].median_s, "dense-bf16");
+  }
+  const double bf16_peak = bench::bf16_dot_peak_gflops();
+  const double fma_peak = bench::fma_peak_gflops();
+  const double bf16_denominator = bf16_peak > 0 ? bf16_peak : fma_peak;  // the fallback multiplies in fp32
+  const double mfu16 = dense16.model_gflop / dense16.seconds / bf16_denominator;
+  std::printf("bf16 GEMM path %.*s; bf16 dot peak %.1f GFLOP/s, FMA peak %.1f GFLOP/s (measured now)\n",
+              static_cast<int>(cpu::bf16_gemm_path_name(cpu::bf16_gemm_path()).size()),
+              cpu::bf16_gemm_path_name(cpu::bf16_gemm_path()).data(), bf16_peak, fma_peak);
+  std::printf("dense bf16: %.0f tokens/s = %.2fx the fp32 step timed beside it (target >= 1.6), MFU %.2f of the bf16 "
+              "peak; aam bf16: %.0f tokens/s = %.2fx its fp32 step\n",
+              dense16.tokens_per_s, dense32.seconds / dense16.seconds, mfu16, hybrid16.tokens_per_s,
+              hybrid.seconds / hybrid16.seconds);
   const double mfu = dense.model_gflop / dense.seconds / gemm;
   const double mtp_overhead = mtp.seconds / dense.seconds - 1.0;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
@@ -140,6 +175,9 @@ int main(int argc, char** argv) {
       .add("tokens_per_s_mtp", mtp.tokens_per_s, 1).add("mtp_step_overhead", mtp_overhead, 3)
       .add("tokens_per_s_aam", hybrid.tokens_per_s, 1)
       .add("tokens_per_s_moe", moe.tokens_per_s, 1)
+      .add("tokens_per_s_dense_bf16", dense16.tokens_per_s, 1).add("tokens_per_s_aam_bf16", hybrid16.tokens_per_s, 1)
+      .add("mfu_dense_bf16", mfu16, 3).add("dense_bf16_over_fp32", dense32.seconds / dense16.seconds, 3)
+      .add("aam_bf16_over_fp32", hybrid.seconds / hybrid16.seconds, 3).add("bf16_peak_gflops", bf16_peak, 1)
       .add("gemm_gflops", gemm, 1).print();
   return 0;
 }

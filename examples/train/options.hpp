@@ -26,6 +26,11 @@
 
 namespace megacpp::examples {
 
+/// The default of --precision: "bf16" (bf16 product operands, fp32 master weights) where this CPU
+/// has bf16 dot-product instructions (AVX512-BF16), "fp32" elsewhere, where bf16 products would
+/// run on the convert-to-fp32 fallback and only lose precision.
+inline std::string default_precision() { return cpu::cpu_has_avx512_bf16() ? "bf16" : "fp32"; }
+
 /// Every option of a training run (the command line fills it; 0 / -1 mean "the model's default").
 struct TrainOptions {
   std::string model = "tiny";        ///< registry name (models.hpp)
@@ -69,6 +74,7 @@ struct TrainOptions {
   int debug_fail_rank = -1;              ///< fault injection: this rank throws before step 2 (tests)
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
   PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
+  std::string precision = default_precision();  ///< products: bf16 (Bf16Mixed) | fp32 (Fp32)
 
   /// The options as JSON (recorded in every checkpoint).
   nlohmann::json to_json() const {
@@ -78,7 +84,7 @@ struct TrainOptions {
             {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
             {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
             {"fim_mask", fim_mask}, {"mix", mix}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
-            {"mtp_switch_tokens", mtp_switch_tokens}};
+            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}};
   }
 };
 
@@ -139,6 +145,8 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_range(t, "debug_poison_step", o.debug_poison_step, 0, kMaxSteps);
   check_range(t, "debug_checkpoint_pause_ms", o.debug_checkpoint_pause_ms, 0, 60000);
   check_plasticity_flags(t, o.plasticity);
+  check_flag(o.precision == "bf16" || o.precision == "fp32", t, "precision", "\"", o.precision,
+             "\" is not one of bf16, fp32");
 }
 
 /// Gives `loader` the run's mixture: --mix when given, else the phase's (restricted to the streams

@@ -204,6 +204,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                   saved.phase, p.phase.number, static_cast<int>(p.phase.name.size()), p.phase.name.data(),
                   static_cast<long long>(p.seq_len), p.phase.rope_theta, static_cast<long long>(p.micro_batch),
                   static_cast<long long>(p.accumulation));
+    const std::string saved_precision =
+        saved.options.is_object() ? saved.options.value("precision", std::string("fp32")) : std::string("fp32");
+    if (saved_precision != o.precision)
+      std::printf("warning: the checkpoint was written with --precision %s, this run uses %s: results are not bitwise "
+                  "those of an uninterrupted run\n", saved_precision.c_str(), o.precision.c_str());
     if (saved.threads != threads)
       std::printf("warning: the checkpoint was written with %d threads, this run uses %d: results are not bitwise "
                   "those of an uninterrupted run (set OMP_NUM_THREADS=%d)\n", saved.threads, threads, saved.threads);
@@ -225,12 +230,12 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   std::fputs(model.summary().c_str(), stdout);
   std::printf("data %s (%zu train, %zu val shards, %s tokenizer, BOS %d); phase %d (%.*s): seq_len %lld, rope_theta %g\n"
               "global batch %lld tokens = %lld micro-batches of %lld x %lld; %lld steps, warmup %lld, %s schedule; "
-              "%d threads\n",
+              "%d threads; precision %s\n",
               o.data.c_str(), train_shards.size(), val_shards.size(), meta.tokenizer.c_str(), special.bos, p.phase.number,
               static_cast<int>(p.phase.name.size()), p.phase.name.data(), static_cast<long long>(p.seq_len),
               p.phase.rope_theta, static_cast<long long>(p.total_batch_size), static_cast<long long>(p.accumulation),
               static_cast<long long>(p.micro_batch), static_cast<long long>(p.seq_len), static_cast<long long>(p.steps),
-              static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads);
+              static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads, Model::precision_type::name.data());
   if (world > 1)
     std::printf("data parallel: %d ranks x %lld micro-batches x %lld rows x %lld tokens = %lld tokens per step; gradient "
                 "buckets of %zu MB, %zu buckets\n",

@@ -251,6 +251,53 @@ TEST_CASE("trainer: a step with no learned target logs a null loss, and the plot
   CHECK(fs::exists(runs / "fim" / "loss.svg"));
 }
 
+TEST_CASE("trainer: a --precision bf16 run resumes bitwise, keeps fp32 weights and records its precision", "[trainer][precision]") {
+  Corpus corpus;
+  TempDir runs;
+  const std::vector<std::string> bf16{"--precision", "bf16"};
+  const auto straight = run(kTrain, small_run(corpus.dir.path, runs / "straight", bf16), runs, "straight.log");
+  INFO(straight.output);
+  REQUIRE(straight.exit_code == 0);
+  CHECK_THAT(straight.output, Catch::Contains("precision bf16"));
+  auto first_args = bf16;
+  first_args.insert(first_args.end(), {"--stop_at_step", "3"});
+  REQUIRE(run(kTrain, small_run(corpus.dir.path, runs / "split", first_args), runs, "a.log").exit_code == 0);
+  auto resume_args = bf16;
+  resume_args.push_back("--resume");
+  const auto second = run(kTrain, small_run(corpus.dir.path, runs / "split", resume_args), runs, "b.log");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, !Catch::Contains("written with --precision"));
+  const fs::path a = resolve_checkpoint(runs / "straight"), b = resolve_checkpoint(runs / "split");
+  REQUIRE(a.filename() == "step_00000008");
+  CHECK(megacpp::testing::file_bytes(a / "model.safetensors") == megacpp::testing::file_bytes(b / "model.safetensors"));
+  CHECK(megacpp::testing::file_bytes(a / "optimizer.safetensors") == megacpp::testing::file_bytes(b / "optimizer.safetensors"));
+  CHECK(read_training_state(a / "state.json").options.at("precision") == "bf16");
+  // the checkpoint holds the fp32 master weights: the same tensors, in F32, as an fp32 run's
+  const auto fp32 = run(kTrain, small_run(corpus.dir.path, runs / "fp32", {"--precision", "fp32"}), runs, "fp32.log");
+  INFO(fp32.output);
+  REQUIRE(fp32.exit_code == 0);
+  CHECK_THAT(fp32.output, Catch::Contains("precision fp32"));
+  const fs::path c = resolve_checkpoint(runs / "fp32");
+  CHECK(read_training_state(c / "state.json").options.at("precision") == "fp32");
+  const io::SafetensorsReader w16(a / "model.safetensors"), w32(c / "model.safetensors");
+  CHECK(w16.names() == w32.names());
+  for (const auto& name : w16.names()) CHECK((w16.entry(name).dtype == "F32" && w32.entry(name).dtype == "F32"));
+  CHECK(megacpp::testing::file_bytes(a / "model.safetensors") != megacpp::testing::file_bytes(c / "model.safetensors"));
+  // resuming under the other precision works and says it is not the same run
+  auto other = run(kTrain, small_run(corpus.dir.path, runs / "split", {"--precision", "fp32", "--resume", "--steps", "9"}),
+                   runs, "c.log");
+  INFO(other.output);
+  CHECK(other.exit_code == 0);
+  CHECK_THAT(other.output, Catch::Contains("written with --precision bf16, this run uses fp32"));
+  // the default follows the CPU; a bad value is a usage error naming the flag
+  const auto dflt = run(kTrain, small_run(corpus.dir.path, runs / "default", {"--steps", "3"}), runs, "d.log");
+  CHECK_THAT(dflt.output, Catch::Contains(cpu::cpu_has_avx512_bf16() ? "precision bf16" : "precision fp32"));
+  const auto bad = run(kTrain, small_run(corpus.dir.path, runs / "bad", {"--precision", "fp16"}), runs, "e.log");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("precision") && Catch::Contains("\"fp16\" is not one of bf16, fp32"));
+}
+
 TEST_CASE("trainer: tiny_mtp logs the MTP loss and lambda, steps lambda at --mtp_switch_tokens, resumes bitwise",
           "[trainer][mtp]") {
   Corpus corpus;

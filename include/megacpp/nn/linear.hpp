@@ -42,7 +42,8 @@ struct Linear {
   /// Size of the output's last dimension (rows of weight).
   index_t out_features() const { return weight.shape()[0]; }
 
-  /// x (..., in) -> (..., out)
+  /// x (..., in) -> (..., out); the product's operands are fp32 or bf16 as the model's precision
+  /// policy says (autograd/precision.hpp), the weight and the result fp32 either way.
   Var<T, B> forward(const Var<T, B>& x) const {
     check(x.rank() >= 1 && x.shape()[-1] == in_features(), "Linear", "input last dim ", x.shape(),
           " does not match in_features ", in_features());

@@ -12,13 +12,18 @@
 // come from one row kernel (the SoftcapCrossEntropy contract, megacpp/core/kernels/cross_entropy.hpp)
 // that overwrites the chunk's logits with dz while each row is in cache. Peak extra memory: one
 // (chunk, V) buffer plus dh (N, d) and dW (V, d).
+// Under MatmulPrecision::bf16 (autograd/precision.hpp; float only) the three products take bf16
+// copies of h, W (rounded once per call) and of each chunk's dz, with fp32 sums; the logits, the
+// softcap, the loss and the gradients stay fp32. Extra memory then: h, W and one chunk in bf16.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "megacpp/autograd/function.hpp"
 #include "megacpp/autograd/ops/cross_entropy.hpp"
+#include "megacpp/autograd/precision.hpp"
 #include "megacpp/core/functors.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
 
@@ -63,11 +68,29 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
   Tensor<T, B> dw = want_grad && weight.requires_grad() ? Tensor<T, B>(Shape{vocab, d}) : Tensor<T, B>();  // first chunk writes it
   const T* H = h.value().data();
   const T* W = weight.value().data();
+  // Mixed precision: bf16 copies of the operands, each product still summed in fp32
+  const bool use_bf16 = std::is_same_v<T, float> && matmul_precision() == MatmulPrecision::bf16;
+  Tensor<bf16, B> h16, w16, dz16;
+  if (use_bf16) {
+    h16 = h.value().template to<bf16>();
+    w16 = weight.value().template to<bf16>();
+    if (want_grad) dz16 = Tensor<bf16, B>(Shape{chunk, vocab});
+  }
+  const auto at16 = [](const bf16* p, index_t offset) { return p ? p + offset : p; };  // null stays null
+  // C = op(X) op(Y) (+ C when beta is 1), X and Y given in both precisions
+  const auto product = [use_bf16](const GemmArgs& g, const T* x, const bf16* x16, const T* y, const bf16* y16, T beta,
+                                  T* c) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (use_bf16) return B::gemm_bf16(g, 1.0f, x16, y16, beta, c);
+    }
+    B::template gemm<T>(g, T(1), x, y, beta, c);
+  };
 
   for (index_t r0 = 0; r0 < rows; r0 += chunk) {
     const index_t n = std::min(chunk, rows - r0);
     // z = h_chunk W^T: (n, d) x (d, V)
-    B::template gemm<T>(GemmArgs::dense(false, true, n, vocab, d), T(1), H + r0 * d, W, T(0), logits.data());
+    product(GemmArgs::dense(false, true, n, vocab, d), H + r0 * d, at16(h16.data(), r0 * d), W, w16.data(), T(0),
+            logits.data());
     // zc = softcap(z), the rows' losses and, for the backward, dz = dzc (1 - (zc / cap)^2) in place
     // (the scale is formed in T, as the kernel uses it: exact through double)
     kernels::SoftcapCrossEntropy<B>::template forward<T>(
@@ -75,12 +98,14 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
         {logits.data(), targets.data() + r0, mask ? mask->data() + r0 : nullptr, losses.data() + r0, lse.data() + r0,
          want_grad ? logits.data() : nullptr});
     if (!want_grad) continue;
+    if (use_bf16) B::template convert<T, bf16>(static_cast<std::size_t>(n * vocab), logits.data(), dz16.data());
     if (dh.defined()) {  // dh_chunk = dz W: (n, V) x (V, d)
-      B::template gemm<T>(GemmArgs::dense(false, false, n, d, vocab), T(1), logits.data(), W, T(0), dh.data() + r0 * d);
+      product(GemmArgs::dense(false, false, n, d, vocab), logits.data(), dz16.data(), W, w16.data(), T(0),
+              dh.data() + r0 * d);
     }
     if (dw.defined()) {  // dW += dz^T h_chunk: (V, n) x (n, d)
-      B::template gemm<T>(GemmArgs::dense(true, false, vocab, d, n), T(1), logits.data(), H + r0 * d,
-                          r0 == 0 ? T(0) : T(1), dw.data());
+      product(GemmArgs::dense(true, false, vocab, d, n), logits.data(), dz16.data(), H + r0 * d, at16(h16.data(), r0 * d),
+              r0 == 0 ? T(0) : T(1), dw.data());
     }
   }
   Tensor<T, B> loss(Shape{});

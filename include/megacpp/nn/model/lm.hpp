@@ -10,6 +10,10 @@
 // doc_ids and positions are derived once per batch (DocumentLayout::from_tokens) and handed to
 // every block. Every size is in the type: LM<float, Cpu, Dims{...}, Pattern<"AAM">, Letters<...>>,
 // the shared sizes in Dims and each letter's own in its Letters entry.
+// Precision (the last parameter, autograd/precision.hpp): Fp32, or Bf16Mixed for bf16 product
+// operands with fp32 sums, fp32 weights and everything else fp32 (docs/systems/precision.md); every
+// forward entry point opens the policy's scope, so the products it creates (and their backward)
+// follow the model's type whatever the caller's scope.
 // Generation: make_cache() holds every block's decode cache (Cache), step_logits() feeds one token
 // per row through the blocks' step() and returns the same softcapped logits as logits(hidden())
 // at that position (nn/model/sampling.hpp builds generate() on it).
@@ -33,6 +37,7 @@
 #include "megacpp/autograd/ops/embedding.hpp"
 #include "megacpp/autograd/ops/matmul.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
+#include "megacpp/autograd/precision.hpp"
 #include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/nn/attention/yarn.hpp"
 #include "megacpp/nn/aux_loss.hpp"
@@ -62,7 +67,9 @@ constexpr bool letters_are_factories(std::index_sequence<I...>) {
 
 /// A causal language model whose block sequence is fixed at compile time. MtpT adds a
 /// multi-token-prediction module (MtpDepth1<'A'>, nn/model/mtp.hpp); NoMtp is the model without.
-template <class T, Backend B, Dims D, class PatternT, class LettersT, class HeadCap = HeadSoftcap<30>, class MtpT = NoMtp>
+/// PrecisionT (Fp32 or Bf16Mixed, autograd/precision.hpp) is the precision of the products.
+template <class T, Backend B, Dims D, class PatternT, class LettersT, class HeadCap = HeadSoftcap<30>, class MtpT = NoMtp,
+          PrecisionPolicy PrecisionT = Fp32>
 struct LM {
   static_assert(validate_dims<D>());
   static_assert(detail::letters_are_factories<T, B, D, PatternT, LettersT>(std::make_index_sequence<PatternT::size>{}),
@@ -73,6 +80,10 @@ struct LM {
   using value_type = T;                            ///< element type
   using backend_type = B;                          ///< backend
   using V = Var<T, B>;                             ///< activation type
+  using precision_type = PrecisionT;               ///< the precision policy of the products
+  /// The same model (same parameters, names and checkpoints) with another precision policy.
+  template <PrecisionPolicy P>
+  using with_precision = LM<T, B, D, PatternT, LettersT, HeadCap, MtpT, P>;
   static constexpr Dims dims = D;                  ///< the model's sizes
   static constexpr index_t n_layers = D.n_layers;  ///< number of blocks
 
@@ -143,6 +154,7 @@ struct LM {
   std::vector<V> trace(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs) const {
     check(input_ids.rank() == 2, "LM", "input_ids must be (batch, seq), got ", input_ids.shape());
     docs.check_matches("LM", input_ids.shape()[0], input_ids.shape()[1]);
+    const MatmulPrecisionScope precision(PrecisionT::matmul);
     std::vector<V> outputs;
     outputs.reserve(static_cast<std::size_t>(D.n_layers) + 1);
     outputs.push_back(embedding_forward(input_ids));
@@ -153,6 +165,7 @@ struct LM {
   /// Final normalised hidden states h (batch, seq, d_model); the blocks' auxiliary losses go to
   /// `aux` (dropped when there is no collector).
   V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
+    const MatmulPrecisionScope precision(PrecisionT::matmul);
     V x = embedding_forward(input_ids);
     forward_blocks(x, docs, aux, std::make_index_sequence<D.n_layers>{});
     return rmsnorm(x, norm_eps);
@@ -163,6 +176,7 @@ struct LM {
   /// not computed at all when lambda is 0), and their weighted total.
   Losses losses(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
                 const Tensor<T, B>& loss_mask, const DocumentLayout<B>& docs) const {
+    const MatmulPrecisionScope precision(PrecisionT::matmul);
     AuxLosses<T, B> aux;
     const V h = hidden(input_ids, docs, &aux);
     V main = linear_cross_entropy(h, embedding.var, targets, loss_mask, head);
@@ -182,6 +196,7 @@ struct LM {
 
   /// Head logits softcap(h E^T) (batch, seq, vocab): for generation and tests, not training.
   V logits(const V& h) const {
+    const MatmulPrecisionScope precision(PrecisionT::matmul);
     V z = matmul(h, embedding.var, false, true);
     return HeadCap::cap > 0 ? softcap(z, HeadCap::cap) : z;
   }
@@ -198,6 +213,7 @@ struct LM {
   /// caches are reset first). Records no gradients.
   V step_logits(const std::vector<std::int32_t>& tokens, Cache& cache, std::int32_t bos_id) const {
     NoGrad no_grad;
+    const MatmulPrecisionScope precision(PrecisionT::matmul);
     const index_t batch = static_cast<index_t>(tokens.size());
     check(batch > 0, "LM::step_logits", "needs one token per row, got none");
     for (index_t b = 0; b < batch; ++b) {
