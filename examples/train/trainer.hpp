@@ -91,6 +91,20 @@ struct ExpertLoad {
     });
   }
   bool empty() const { return per_layer.empty(); }
+  /// Sums the counts over `comm`'s ranks (every rank then holds the global batch's load).
+  template <class Comm>
+  void all_reduce(Comm& comm) {
+    if (comm.size() == 1) return;
+    std::vector<std::int64_t> flat(assignments.begin(), assignments.end());
+    for (const auto& layer : per_layer) flat.insert(flat.end(), layer.begin(), layer.end());
+    comm.template all_reduce<std::int64_t, Cpu>(flat.data(), static_cast<index_t>(flat.size()), dist::ReduceOp::sum);
+    std::size_t i = 0;
+    for (auto& a : assignments) a = flat[i++];
+    for (auto& layer : per_layer)
+      for (auto& n : layer) n = flat[i++];
+  }
+  /// Layer `l`'s load, for the balancing bias.
+  MoELoad layer(std::size_t l) const { return {per_layer[l], assignments[l]}; }
   std::pair<double, double> min_max_fraction() const {
     double lo = 1, hi = 0;
     for (std::size_t l = 0; l < per_layer.size(); ++l)
@@ -167,10 +181,6 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   std::map<std::string, double> group_lrs;
   for (const auto& route : opt.routes()) group_lrs[route.group] = route.lr;
 
-  int moe_layers = 0;
-  for_each_moe_layer(model, [&](const auto&) { ++moe_layers; });
-  check(world == 1 || moe_layers == 0, kTrainTool, "model ", d.name, " has ", moe_layers,
-        " MoE layers, whose routing bias follows each rank's own expert load; MoE models are not data-parallel yet");
   data::MixtureLoader loader(data::list_streams(o.data, "train"), p.micro_batch, p.seq_len,
                              static_cast<std::uint32_t>(meta.vocab_size), o.seed, rank, world);
   if (o.fim_mask) loader.enable_fim_mask(special);
@@ -348,10 +358,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       expert_load.add(model);
       backward(weight != 1.0 ? scale(loss, weight) : loss);
     }
-    // A global batch with no learned target at all (possible only with tiny batches inside one
-    // long FIM context) has no gradient: the step consumes its data and updates nothing.
+    // A global batch with no learned target at all (possible only with tiny batches of nothing
+    // but FIM sentinels) has no gradient: the step consumes its data and updates nothing.
     // Averaged gradients (the buckets of the last backward are in flight): wait for them.
     if (data_parallel) data_parallel->finish();
+    if (!expert_load.empty()) expert_load.all_reduce(comm);  // the global batch's expert load
     optim::ClipResult clip;
     if (global_total > 0) {
       clip = optim::clip_grad_norm(params, o.max_grad_norm, optim::NonFinitePolicy::skip);
@@ -363,7 +374,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       opt.step(comm);  // Muon's Newton-Schulz shared over the ranks, AdamW replicated
       // Auxiliary-loss-free balancing (SigmoidBiasTopK): each MoE layer's bias moves by gamma
       // against its load, outside the gradient (DeepSeek-V3 sec. 2.1.2, gamma 0.001 there).
-      for_each_moe_layer(model, [](auto& moe) { moe.update_bias(1e-3); });
+      // The load is the global batch's (all micro-batches; all ranks, summed before the step).
+      std::size_t moe_layer = 0;
+      for_each_moe_layer(model, [&](auto& moe) { moe.update_bias(expert_load.layer(moe_layer++), 1e-3); });
       log_intervention(plasticity.after_step(number));      // ReDo
       const auto bad = non_finite_values(params, /*gradients=*/false);
       if (!bad.empty())

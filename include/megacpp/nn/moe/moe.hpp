@@ -120,8 +120,11 @@ struct MoE {
 
   /// SigmoidBiasTopK's balancing step from the last forward's load (call after the optimiser
   /// step); a policy without a bias has nothing to update.
-  void update_bias(double gamma) {
-    if constexpr (requires { routing.update_bias(last_load_, gamma); }) routing.update_bias(last_load_, gamma);
+  void update_bias(double gamma) { update_bias(last_load_, gamma); }
+  /// The same from a given load: a whole step's (its micro-batches', and in a data-parallel run
+  /// every rank's, so that all ranks move the bias alike).
+  void update_bias(const MoELoad& load, double gamma) {
+    if constexpr (requires { routing.update_bias(load, gamma); }) routing.update_bias(load, gamma);
   }
 
   /// "MoE 8x256 top2 softmax_topk shared 1".
