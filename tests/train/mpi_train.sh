@@ -2,7 +2,8 @@
 # mpi_train.sh TRAIN_EXE RUN_MPI OUT: megacpp-train under `mpirun -np 2` (tests/dist/run_mpi.sh).
 # 1. A data-parallel run of a few steps succeeds; rank 0 alone prints (one summary line) and writes
 #    metrics.jsonl (with a validation loss) and the final checkpoint.
-# 2. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
+# 2. An MoE model (tiny_moe) trains data-parallel too, logging the global batch's expert load.
+# 3. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
 #    message, within the timeout rather than hanging.
 # Exits 77 (skipped) without mpirun.
 set -uo pipefail
@@ -20,6 +21,12 @@ echo "$log"
 [[ -f "$out/ok/metrics.jsonl" ]] || fail "no metrics.jsonl"
 [[ "$(grep -c '"val_loss"' "$out/ok/metrics.jsonl")" -ge 2 ]] || fail "metrics.jsonl lacks validation losses"
 [[ -e "$out/ok/latest" ]] || fail "no checkpoint"
+
+log="$(timeout 300 bash "$run_mpi" 2 "$exe" --model tiny_moe --steps 2 --eval_every 2 --val_tokens 2048 --out "$out/moe" --sample_tokens 0 2>&1)"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "the data-parallel MoE run exited with $status"
+[[ "$(grep -c '"expert_load_max"' "$out/moe/metrics.jsonl")" == 2 ]] || fail "the MoE run's metrics lack expert_load_max"
 
 log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/fail" --sample_tokens 0 --debug_fail_rank 1 2>&1)"
 status=$?
