@@ -20,6 +20,7 @@
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/train/mtp_schedule.hpp"
 #include "models.hpp"
+#include "pass_eval_run.hpp"
 #include "plasticity_run.hpp"
 
 namespace megacpp::examples {
@@ -65,6 +66,7 @@ struct TrainOptions {
   std::int64_t debug_poison_step = 0;    ///< fault injection: NaN weights before this step (tests)
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
   PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
+  PassEvalFlags pass_eval;               ///< pass@k every N steps (pass_eval_run.hpp)
 
   /// The options as JSON (recorded in every checkpoint).
   nlohmann::json to_json() const {
@@ -123,6 +125,7 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_range(t, "debug_poison_step", o.debug_poison_step, 0, kMaxSteps);
   check_range(t, "debug_checkpoint_pause_ms", o.debug_checkpoint_pause_ms, 0, 60000);
   check_plasticity_flags(t, o.plasticity);
+  check_pass_eval_flags(t, o.pass_eval);
 }
 
 /// Sizes of one run after the model's defaults and the phase are applied.

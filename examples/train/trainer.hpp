@@ -42,6 +42,7 @@
 #include "metrics.hpp"
 #include "models.hpp"
 #include "options.hpp"
+#include "pass_eval_run.hpp"
 #include "run_checkpoint.hpp"
 
 namespace megacpp::examples {
@@ -223,6 +224,7 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
                                                  o.resume.empty() ? nlohmann::json() : saved.plasticity);
   const optim::MomentumWarmup momentum{0.85, 0.95, 300};
+  const PassEvalRun<Model> pass_eval(kTrainTool, o.pass_eval, codec, o.top_k, o.seed);
 
   std::fputs(model.summary().c_str(), stdout);
   std::printf("data %s (%zu train, %zu val shards, %s tokenizer, BOS %d); phase %d (%.*s): seq_len %lld, rope_theta %g\n"
@@ -400,6 +402,16 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
                     static_cast<long long>(p.steps));
     bar.update(static_cast<double>((number - start) * p.total_batch_size), extra);
     if (number % p.eval_every == 0 || number == p.steps) last = run_eval(number);
+    if (pass_eval.due(number, p.steps)) {
+      nlohmann::json record = pass_eval.run(model, number, special.bos, special.eos);
+      record["elapsed_s"] = std::chrono::duration<double>(Clock::now() - run_start).count();
+      record["time"] = unix_seconds();
+      log.write(record);
+      std::printf("%sstep %lld: pass@1 %.3f on %lld problems x %lld samples (%.1f s)\n", isatty(STDERR_FILENO) ? "\n" : "",
+                  static_cast<long long>(number), record["pass@1"].get<double>(), record["tasks"].get<long long>(),
+                  static_cast<long long>(o.pass_eval.samples), record["eval_seconds"].get<double>());
+      std::fflush(stdout);
+    }
     if ((o.save_every > 0 && number % o.save_every == 0) || number == end) {
       state.step = number;
       state.rng_state = rng.state();
@@ -416,6 +428,11 @@ int train(const TrainOptions& o, const ModelDefaults& d) {
   const fs::path svg = fs::path(o.out) / "loss.svg";
   write_loss_plot(log.path(), svg, std::string("megacpp-train ") + d.name + " (" + Model::pattern() + ")");
   std::printf("metrics %s, loss curve %s\n", log.path().string().c_str(), svg.string().c_str());
+  if (o.pass_eval.every > 0) {
+    const fs::path pass_svg = fs::path(o.out) / "pass.svg";
+    write_metric_plot(log.path(), pass_svg, std::string("megacpp-train ") + d.name + ": pass@1", "pass@1");
+    std::printf("pass@1 curve %s\n", pass_svg.string().c_str());
+  }
   if (longest_plateau > 0)
     std::printf("warning: the training loss stayed exactly constant for up to %lld steps (\"constant_loss_steps\" in "
                 "metrics.jsonl)\n", static_cast<long long>(longest_plateau));
