@@ -31,7 +31,7 @@ namespace megacpp::examples {
 /// How candidates are built and run.
 struct HarnessOptions {
   std::string compiler = "g++";                   ///< found in PATH unless it holds a '/'
-  std::vector<std::string> compiler_flags = {"-std=c++17", "-O0"};  ///< before the source file
+  std::vector<std::string> compiler_flags = {"-std=c++17", "-O0", "-Werror=return-type"};  ///< before the source file (docs/eval.md)
   SandboxLimits compile_limits{60, 60, std::int64_t{2} << 30, std::int64_t{256} << 20, 64, true};  ///< the compiler's
   SandboxLimits run_limits;                       ///< the test binary's
   int jobs = 2;                                   ///< candidates in flight

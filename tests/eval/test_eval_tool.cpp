@@ -245,3 +245,20 @@ TEST_CASE("megacpp-train --eval_pass_every logs pass@k, megacpp-eval samples fro
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("exceed the model's context of 4096"));
 }
+
+TEST_CASE("megacpp-eval: a completion that never returns a value does not pass by luck", "[tools][eval]") {
+  // Flowing off the end of a non-void function is undefined behaviour; at -O0 the register may
+  // hold a value that satisfies the asserts. -Werror=return-type (the default flags) refuses it.
+  TempDir dir;
+  write_jsonl(dir / "problems.jsonl",
+              {{{"task_id", "t/is_positive"}, {"prompt", "bool is_positive(long x) {\n"},
+                {"test", "#undef NDEBUG\n#include <cassert>\nint main() {\n  assert(is_positive(3));\n}\n"}}});
+  write_jsonl(dir / "completions.jsonl", {{{"task_id", "t/is_positive"}, {"completion", "  (void)x;\n}\n"}}});
+  const auto r = run_process(kEval, {"--problems", (dir / "problems.jsonl").string(), "--completions",
+                                     (dir / "completions.jsonl").string()},
+                             dir / "log");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(last_json_line(r.output)["pass@1"].get<double>() == 0.0);
+  CHECK_THAT(r.output, Catch::Contains("compile_error") && Catch::Contains("return-type"));
+}
