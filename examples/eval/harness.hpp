@@ -35,7 +35,7 @@ struct HarnessOptions {
   SandboxLimits compile_limits{60, 60, std::int64_t{2} << 30, std::int64_t{256} << 20, 64, true};  ///< the compiler's
   SandboxLimits run_limits;                       ///< the test binary's
   int jobs = 2;                                   ///< candidates in flight
-  std::int64_t sandbox_uid_base = 1900000000;     ///< as root: slot s runs as this uid + s
+  std::int64_t sandbox_uid_base = 1900000000;     ///< as root: slot s of process p runs as this + 1024 (p mod 2048) + s
 };
 
 /// The outcome of one candidate.
@@ -139,7 +139,7 @@ inline EvalReport evaluate_completions(const std::vector<Problem>& problems, con
                                        const HarnessOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  check(o.jobs >= 1, "megacpp-eval", "jobs must be >= 1, got ", o.jobs);
+  check(o.jobs >= 1 && o.jobs <= 1024, "megacpp-eval", "jobs must be in [1, 1024] (one sandbox uid each), got ", o.jobs);
   const std::filesystem::path compiler = find_program(o.compiler);
   std::map<std::string, const Problem*> by_id;
   for (const auto& p : problems) by_id[p.task_id] = &p;
@@ -162,8 +162,11 @@ inline EvalReport evaluate_completions(const std::vector<Problem>& problems, con
   std::mutex error_mutex;
   std::string error;
   const auto worker = [&](int slot) {
+    // A uid range per harness process, so two harnesses on one machine do not kill each other's
+    // candidates in their cleanup (two pids equal modulo 2048 still share one).
+    const std::int64_t range = o.sandbox_uid_base + 1024 * (::getpid() % 2048);
     const std::optional<uid_t> uid =
-        report.privileges_dropped ? std::optional<uid_t>(static_cast<uid_t>(o.sandbox_uid_base + slot)) : std::nullopt;
+        report.privileges_dropped ? std::optional<uid_t>(static_cast<uid_t>(range + slot)) : std::nullopt;
     for (std::size_t i = next++; i < programs.size(); i = next++) {
       try {
         bool net = false;

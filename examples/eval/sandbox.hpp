@@ -12,7 +12,7 @@
 //   privilege for it, CLONE_NEWUSER | CLONE_NEWNET (unprivileged user namespaces); if both fail
 //   the run goes on with the network and the result says so (network_isolated false);
 // - processes: RLIMIT_NPROC. The kernel ignores it for root, so when the harness runs as root each
-//   parallel slot runs its programs as its own unused uid (uid_base + slot; no capabilities, no
+//   parallel slot runs its programs as its own unused uid (harness.hpp: a range per process; no capabilities, no
 //   access to the user's files beyond what "others" may read); after each run every process of
 //   that uid is killed, so even a child that left the process group (setsid) does not survive.
 //   Not as root, the limit counts every process of the user, so it is set to the user's current

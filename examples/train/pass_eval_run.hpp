@@ -12,6 +12,8 @@
 // model's context, the tokenizer that encodes the prompts, and the compiler.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -63,7 +65,7 @@ class PassEvalRun {
                  Model::dims.max_seq);
     }
     find_program(harness_.compiler);
-    harness_.jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    harness_.jobs = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 1024u));
     settings_ = {flags.samples, flags.max_tokens, flags.temperature, top_k, seed};
   }
   /// True when `step` (1-based) is an evaluation step of a run of `steps` steps.
