@@ -13,6 +13,7 @@
 #   include/megacpp/plasticity  core, autograd, dist, optim, plasticity
 #   include/megacpp/io          core, autograd, io
 #   include/megacpp/data        core, io, data
+#   include/megacpp/eval        core, eval
 #   include/megacpp/train       every folder under include/megacpp (never a backend)
 # The umbrella header include/megacpp/<folder>.hpp follows its folder's rule; megacpp.hpp may
 # include everything, the CPU backend included (it is "everything that runs on the CPU").
@@ -34,7 +35,8 @@ allowed_for() {  # the folders (relative to megacpp/) a file may include from
     include/megacpp/plasticity/*|include/megacpp/plasticity.hpp) echo "core autograd dist optim plasticity" ;;
     include/megacpp/io/*|include/megacpp/io.hpp) echo "core autograd io" ;;
     include/megacpp/data/*|include/megacpp/data.hpp) echo "core io data" ;;
-    include/megacpp/train/*|include/megacpp/train.hpp) echo "core autograd dist nn optim plasticity io data train" ;;
+    include/megacpp/eval/*|include/megacpp/eval.hpp) echo "core eval" ;;
+    include/megacpp/train/*|include/megacpp/train.hpp) echo "core autograd dist nn optim plasticity io data eval train" ;;
     include/megacpp/megacpp.hpp) echo "*" ;;
     *) echo "" ;;
   esac

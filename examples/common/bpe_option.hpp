@@ -81,11 +81,15 @@ class SampleCodec {
   std::vector<std::int32_t> prompt(const std::string& text) const {
     return bpe_ ? bpe_->encode_document(text, false) : data::ByteTokenizer().encode_document(text, false);
   }
-  /// Prints token `t` (an id without a token, such as the model's padding ids, as "<id>").
-  void print(std::int32_t t) const {
+  /// The bytes of token `t` (an id without a token, such as the model's padding ids, as "<id>").
+  std::string text(std::int32_t t) const {
     const std::int32_t vocab = bpe_ ? bpe_->vocab_size() : data::ByteTokenizer::kVocab;
-    if (t < 0 || t >= vocab || (bpe_ && !bpe_->has_token(t))) std::printf("<%d>", t);
-    else std::fputs((bpe_ ? bpe_->decode({t}) : data::ByteTokenizer().decode({t})).c_str(), stdout);
+    if (t < 0 || t >= vocab || (bpe_ && !bpe_->has_token(t))) return "<" + std::to_string(t) + ">";
+    return bpe_ ? bpe_->decode({t}) : data::ByteTokenizer().decode({t});
+  }
+  /// Prints token `t` as text() gives it.
+  void print(std::int32_t t) const {
+    std::fputs(text(t).c_str(), stdout);
     std::fflush(stdout);
   }
 

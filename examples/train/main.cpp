@@ -22,6 +22,9 @@
 #ifndef MEGACPP_DEFAULT_CORPUS
 #define MEGACPP_DEFAULT_CORPUS "corpus"
 #endif
+#ifndef MEGACPP_EVAL_PROBLEMS
+#define MEGACPP_EVAL_PROBLEMS "megacpp_cpp20.jsonl"
+#endif
 
 namespace po = boost::program_options;
 using namespace megacpp;
@@ -32,6 +35,7 @@ template <class Comm>
 int parse_and_train(int argc, char** argv, Comm& comm) {
   TrainOptions o;
   o.data = default_corpus_dir(MEGACPP_DEFAULT_CORPUS);
+  o.pass_eval.problems = default_eval_problems(MEGACPP_EVAL_PROBLEMS);
   std::string seed_text = "0";
   bool no_fim_mask = false;
   po::options_description run("Run");
@@ -100,6 +104,14 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("tokenizer", po::value(&o.tokenizer), "BPE shards: their tokenizer.json, to encode the prompt and print the sample")
       ("special_tokens", po::value(&o.special_tokens)->default_value(o.special_tokens),
        "with --tokenizer: the names given to megacpp-prepare (BOS,EOS,FIM prefix,FIM suffix,FIM middle)");
+  po::options_description pass_eval("Execution-based evaluation (docs/eval.md): pass@k of C++ problems compiled and tested");
+  pass_eval.add_options()
+      ("eval_pass_every", po::value(&o.pass_eval.every)->default_value(0, "off"), "steps between pass@k evaluations (and the last step)")
+      ("eval_problems", po::value(&o.pass_eval.problems)->default_value(o.pass_eval.problems), "HumanEval-style C++ problems (JSONL)")
+      ("eval_samples", po::value(&o.pass_eval.samples)->default_value(o.pass_eval.samples), "completions sampled per problem")
+      ("eval_max_tokens", po::value(&o.pass_eval.max_tokens)->default_value(o.pass_eval.max_tokens), "new tokens at most per completion")
+      ("eval_temperature", po::value(&o.pass_eval.temperature)->default_value(o.pass_eval.temperature, shown_default(o.pass_eval.temperature)),
+       "sampling temperature of the completions (0: greedy; top-k is --top_k)");
   po::options_description debug("Fault injection (tests)");
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")
@@ -107,7 +119,7 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
   po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
                                   "Usage: megacpp-train [options]   (no options: the tiny model on the built-in corpus)");
-  visible.add(run).add(batch).add(optim_opts).add(mtp).add(plasticity_opts).add(sample);
+  visible.add(run).add(batch).add(optim_opts).add(mtp).add(plasticity_opts).add(pass_eval).add(sample);
   po::options_description all;
   all.add(visible).add(debug);
   po::variables_map vm;

@@ -9,7 +9,9 @@
 // lambda; the step minimised loss + lambda mtp_loss).
 // On resume the log is cut back to the checkpoint's step first, so steps a killed run logged
 // after its last checkpoint are not counted twice. loss.svg plots both series against the step
-// (write_loss_plot below).
+// (write_loss_plot below). With --eval_pass_every, pass@k records {"step", "pass@1", ...,
+// "ngram_match", ...} (pass_eval_run.hpp) go to the same log and pass.svg plots pass@1
+// (write_metric_plot).
 #pragma once
 
 #include <algorithm>
@@ -189,6 +191,54 @@ inline std::size_t write_loss_plot(const std::filesystem::path& metrics, const s
   const std::string text = os.str();
   io::atomic_write(svg, std::span<const char>(text.data(), text.size()));
   return train.x.size() + val.x.size();
+}
+
+/// Draws one metric of the JSONL log at `metrics` (the records that hold a finite number under
+/// `key`, against their "step") into `svg` (atomically), as marked points joined by a line, on a
+/// y axis from 0 to the next round tick above the largest value (at least 1: pass@k is a
+/// fraction). Returns the number of points plotted.
+inline std::size_t write_metric_plot(const std::filesystem::path& metrics, const std::filesystem::path& svg,
+                                     const std::string& title, const std::string& key) {
+  detail::Series series;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step") || !j["step"].is_number() || !j.contains(key) || !j[key].is_number())
+      continue;
+    const double y = j[key].get<double>();
+    if (!std::isfinite(y)) continue;
+    series.x.push_back(j["step"].get<double>());
+    series.y.push_back(y);
+  }
+  double x0 = series.x.empty() ? 0 : *std::min_element(series.x.begin(), series.x.end());
+  double x1 = series.x.empty() ? 1 : *std::max_element(series.x.begin(), series.x.end());
+  double y1 = series.y.empty() ? 1 : std::max(1.0, *std::max_element(series.y.begin(), series.y.end()));
+  if (x1 <= x0) x1 = x0 + 1;
+  const double ystep = detail::nice_step(y1, 5), xstep = std::max(1.0, detail::nice_step(x1 - x0, 5));
+  y1 = std::ceil(y1 / ystep) * ystep;
+  x0 = std::floor(x0 / xstep) * xstep;
+  x1 = std::ceil(x1 / xstep) * xstep;
+  const detail::PlotFrame f{x0, x1, 0.0, y1};
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" font-family=\"monospace\" font-size=\"11\">\n"
+     << "<rect width=\"640\" height=\"380\" fill=\"white\"/>\n"
+     << "<text x=\"60\" y=\"20\" font-size=\"13\">" << title << "</text>\n";
+  for (double y = 0; y <= y1 + ystep * 1e-6; y += ystep)
+    os << "<line x1=\"60\" y1=\"" << f.py(y) << "\" x2=\"620\" y2=\"" << f.py(y) << "\" stroke=\"#ddd\"/>\n"
+       << "<text x=\"55\" y=\"" << f.py(y) + 4 << "\" text-anchor=\"end\">" << detail::tick_label(y, ystep) << "</text>\n";
+  for (double x = x0; x <= x1 + xstep * 1e-6; x += xstep)
+    os << "<text x=\"" << f.px(x) << "\" y=\"346\" text-anchor=\"middle\">" << detail::tick_label(x, xstep) << "</text>\n";
+  os << "<line x1=\"60\" y1=\"330\" x2=\"620\" y2=\"330\" stroke=\"black\"/>\n"
+     << "<line x1=\"60\" y1=\"30\" x2=\"60\" y2=\"330\" stroke=\"black\"/>\n"
+     << "<text x=\"340\" y=\"370\" text-anchor=\"middle\">step</text>\n"
+     << detail::svg_polyline(series, f, "stroke=\"#2b8a3e\" stroke-width=\"1.5\"");
+  for (std::size_t i = 0; i < series.x.size(); ++i)
+    os << "<circle cx=\"" << f.px(series.x[i]) << "\" cy=\"" << f.py(series.y[i]) << "\" r=\"3.5\" fill=\"#2b8a3e\"/>\n";
+  os << "<text x=\"470\" y=\"45\" fill=\"#2b8a3e\">" << key << "</text>\n</svg>\n";
+  const std::string text = os.str();
+  io::atomic_write(svg, std::span<const char>(text.data(), text.size()));
+  return series.x.size();
 }
 
 }  // namespace megacpp::examples

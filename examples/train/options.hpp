@@ -22,6 +22,7 @@
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/train/mtp_schedule.hpp"
 #include "models.hpp"
+#include "pass_eval_run.hpp"
 #include "plasticity_run.hpp"
 
 namespace megacpp::examples {
@@ -75,6 +76,7 @@ struct TrainOptions {
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
   PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
   std::string precision = default_precision();  ///< products: bf16 (Bf16Mixed) | fp32 (Fp32)
+  PassEvalFlags pass_eval;               ///< pass@k every N steps (pass_eval_run.hpp)
 
   /// The options as JSON (recorded in every checkpoint).
   nlohmann::json to_json() const {
@@ -147,6 +149,7 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_plasticity_flags(t, o.plasticity);
   check_flag(o.precision == "bf16" || o.precision == "fp32", t, "precision", "\"", o.precision,
              "\" is not one of bf16, fp32");
+  check_pass_eval_flags(t, o.pass_eval);
 }
 
 /// Gives `loader` the run's mixture: --mix when given, else the phase's (restricted to the streams

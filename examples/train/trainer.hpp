@@ -53,70 +53,12 @@
 #include "evaluate.hpp"
 #include "metrics.hpp"
 #include "models.hpp"
+#include "expert_load.hpp"
 #include "options.hpp"
+#include "pass_eval_run.hpp"
 #include "run_checkpoint.hpp"
 
 namespace megacpp::examples {
-
-/// Calls f(moe) for the MoE feed-forward of every layer that has one ('E' letters), in layer order.
-template <class Model, class F>
-void for_each_moe_layer(Model& model, F&& f) {
-  std::apply([&](auto&... block) {
-    const auto visit = [&](auto& b) {
-      if constexpr (requires { b.ffn.last_load(); }) f(b.ffn);
-    };
-    (visit(block), ...);
-  }, model.blocks);
-}
-
-/// The expert load of one training step: assignments per expert of every MoE layer, summed over
-/// the step's micro-batches, reduced to the smallest and largest share any expert of any layer got
-/// (1 / experts each when balanced).
-struct ExpertLoad {
-  std::vector<std::vector<index_t>> per_layer;  // [layer][expert]
-  std::vector<index_t> assignments;             // [layer]
-
-  template <class Model>
-  void add(Model& model) {
-    std::size_t layer = 0;
-    for_each_moe_layer(model, [&](const auto& moe) {
-      const auto& load = moe.last_load();
-      if (per_layer.size() <= layer) {
-        per_layer.emplace_back(load.tokens_per_expert.size(), 0);
-        assignments.push_back(0);
-      }
-      for (std::size_t e = 0; e < load.tokens_per_expert.size(); ++e) per_layer[layer][e] += load.tokens_per_expert[e];
-      assignments[layer] += load.assignments;
-      ++layer;
-    });
-  }
-  bool empty() const { return per_layer.empty(); }
-  /// Sums the counts over `comm`'s ranks (every rank then holds the global batch's load).
-  template <class Comm>
-  void all_reduce(Comm& comm) {
-    if (comm.size() == 1) return;
-    std::vector<std::int64_t> flat(assignments.begin(), assignments.end());
-    for (const auto& layer : per_layer) flat.insert(flat.end(), layer.begin(), layer.end());
-    comm.template all_reduce<std::int64_t, Cpu>(flat.data(), static_cast<index_t>(flat.size()), dist::ReduceOp::sum);
-    std::size_t i = 0;
-    for (auto& a : assignments) a = flat[i++];
-    for (auto& layer : per_layer)
-      for (auto& n : layer) n = flat[i++];
-  }
-  /// Layer `l`'s load, for the balancing bias.
-  MoELoad layer(std::size_t l) const { return {per_layer[l], assignments[l]}; }
-  std::pair<double, double> min_max_fraction() const {
-    double lo = 1, hi = 0;
-    for (std::size_t l = 0; l < per_layer.size(); ++l)
-      for (const index_t n : per_layer[l]) {
-        const double f = assignments[l] > 0 ? static_cast<double>(n) / static_cast<double>(assignments[l]) : 0.0;
-        lo = std::min(lo, f);
-        hi = std::max(hi, f);
-      }
-    return {lo, hi};
-  }
-};
-
 
 /// Runs (or resumes) a training run of Model on every rank of `comm`; returns the process exit
 /// code (common/cli.hpp).
@@ -236,6 +178,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
                                                  o.resume.empty() ? nlohmann::json() : saved.plasticity);
   const optim::MomentumWarmup momentum{0.85, 0.95, 300};
+  const PassEvalRun<Model> pass_eval(kTrainTool, o.pass_eval, codec, o.top_k, o.seed);
 
   std::fputs(model.summary().c_str(), stdout);
   std::printf("data %s (%zu train, %zu val shards, %s tokenizer, BOS %d); phase %d (%.*s): seq_len %lld, rope_theta %g\n"
@@ -444,6 +387,16 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                     static_cast<long long>(p.steps));
     if (bar) bar->update(static_cast<double>((number - start) * p.total_batch_size), extra);
     if (number % p.eval_every == 0 || number == p.steps) last = run_eval(number);
+    if (lead && pass_eval.due(number, p.steps)) {  // rank 0 samples and scores; the others go on
+      nlohmann::json record = pass_eval.run(model, number, special.bos, special.eos);
+      record["elapsed_s"] = std::chrono::duration<double>(Clock::now() - run_start).count();
+      record["time"] = unix_seconds();
+      write_log(record);
+      std::printf("%sstep %lld: pass@1 %.3f on %lld problems x %lld samples (%.1f s)\n", isatty(STDERR_FILENO) ? "\n" : "",
+                  static_cast<long long>(number), record["pass@1"].get<double>(), record["tasks"].get<long long>(),
+                  static_cast<long long>(o.pass_eval.samples), record["eval_seconds"].get<double>());
+      std::fflush(stdout);
+    }
     if (lead && ((o.save_every > 0 && number % o.save_every == 0) || number == end)) {
       state.step = number;
       state.rng_state = rng.state();
@@ -464,6 +417,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   const fs::path svg = fs::path(o.out) / "loss.svg";
   write_loss_plot(metrics->path(), svg, std::string("megacpp-train ") + d.name + " (" + Model::pattern() + ")");
   std::printf("metrics %s, loss curve %s\n", metrics->path().string().c_str(), svg.string().c_str());
+  if (o.pass_eval.every > 0) {
+    const fs::path pass_svg = fs::path(o.out) / "pass.svg";
+    write_metric_plot(metrics->path(), pass_svg, std::string("megacpp-train ") + d.name + ": pass@1", "pass@1");
+    std::printf("pass@1 curve %s\n", pass_svg.string().c_str());
+  }
   if (longest_plateau > 0)
     std::printf("warning: the training loss stayed exactly constant for up to %lld steps (\"constant_loss_steps\" in "
                 "metrics.jsonl)\n", static_cast<long long>(longest_plateau));

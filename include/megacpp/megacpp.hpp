@@ -10,6 +10,7 @@
 #include "megacpp/core.hpp"
 #include "megacpp/data.hpp"
 #include "megacpp/dist.hpp"
+#include "megacpp/eval.hpp"
 #include "megacpp/io.hpp"
 #include "megacpp/nn.hpp"
 #include "megacpp/optim.hpp"

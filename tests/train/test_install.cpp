@@ -1,6 +1,7 @@
 // `cmake --install` of the tools (MEGACPP_INSTALL_TOOLS): the installed megacpp-train finds the
 // installed built-in corpus by itself (examples/common/install_paths.hpp) and trains on it, and the
-// other installed tools start. The install goes to a temporary prefix, component megacpp_tools only.
+// other installed tools start; megacpp-eval scores the installed reference completions against the
+// installed problems. The install goes to a temporary prefix, component megacpp_tools only.
 #include <catch2/catch.hpp>
 
 #include "data/temp_dir.hpp"
@@ -31,7 +32,14 @@ TEST_CASE("install: the installed tools run, and megacpp-train defaults to the i
   INFO(train.output);
   CHECK(train.exit_code == 0);
   CHECK_THAT(train.output, Catch::Contains("data " + corpus.string()));
-  for (const char* tool : {"megacpp-generate", "megacpp-prepare"}) {
+  // megacpp-eval finds the problems installed beside it (share/megacpp/eval) when --problems is left out.
+  const auto eval = run((bin / "megacpp-eval").string(),
+                        {"--completions", (prefix / "share" / "megacpp" / "eval" / "megacpp_cpp20_reference.jsonl").string()},
+                        prefix, "eval.log");
+  INFO(eval.output);
+  CHECK(eval.exit_code == 0);
+  CHECK_THAT(eval.output, Catch::Contains("\"pass@1\":1.0"));
+  for (const char* tool : {"megacpp-generate", "megacpp-prepare", "megacpp-eval"}) {
     const auto help = run((bin / tool).string(), {"--help"}, prefix, "help.log");
     INFO(tool << ": " << help.output);
     CHECK(help.exit_code == 0);
