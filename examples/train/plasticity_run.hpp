@@ -25,6 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli.hpp"
+#include "megacpp/backends/cpu.hpp"
+#include "megacpp/dist/comm.hpp"
 #include "megacpp/plasticity.hpp"
 #include "megacpp/train/curriculum.hpp"
 
@@ -127,13 +129,18 @@ class PlasticityRun {
     return {{"step", number}, {"intervention", "dash"}, {"params", shrunk}, {"rows", rows}};
   }
 
-  /// ReDo after the optimiser step of step `number`, every --redo_every.
-  nlohmann::json after_step(std::int64_t number) {
+  /// ReDo after the optimiser step of step `number`, every --redo_every; on every rank of `comm`
+  /// (the ranks' activation statistics are averaged, so all recycle the same units).
+  template <class Comm>
+  nlohmann::json after_step(std::int64_t number, Comm& comm) {
     if (flags_.redo_every == 0 || number % flags_.redo_every != 0) return {};
     // Steps whose micro-batches learn nothing skip their forward passes (possible only when every
-    // target is masked): the pass then waits for the evidence instead of judging on less.
-    if (!tracker_.ready()) return {{"step", number}, {"intervention", "redo"}, {"skipped", "not enough activation history"}};
-    const auto entries = tracker_.recycle(params_, opt_);
+    // target is masked): the pass then waits for the evidence instead of judging on less. The
+    // ranks decide together (one rank short of history means all wait).
+    double short_of_history = tracker_.ready() ? 0.0 : 1.0;
+    comm.template all_reduce<double, Cpu>(&short_of_history, 1, dist::ReduceOp::max);
+    if (short_of_history > 0) return {{"step", number}, {"intervention", "redo"}, {"skipped", "not enough activation history"}};
+    const auto entries = tracker_.recycle(params_, opt_, comm);
     nlohmann::json units = nlohmann::json::object();
     std::size_t total = 0;
     for (const auto& e : entries) {

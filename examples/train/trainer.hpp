@@ -73,9 +73,6 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
              " micro-batches of ", p.micro_batch, " x ", p.seq_len, " tokens, which the ", world,
              " ranks cannot share equally: the global batch must be a multiple of micro_batch x seq_len x ranks");
   p.accumulation /= world;  // micro-batches per rank: the global batch stays the same
-  check_flag(world == 1 || o.plasticity.redo_every == 0, kTrainTool, "redo_every", o.plasticity.redo_every,
-             ": ReDo judges units by this rank's activations, which would make the ranks' weights differ; "
-             "it is not available in a data-parallel run yet");
   const optim::LrSchedule schedule = make_schedule(o, p);
   const std::string type_id = Model::type_id();
   const int threads = omp_get_max_threads();
@@ -320,7 +317,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       // The load is the global batch's (all micro-batches; all ranks, summed before the step).
       std::size_t moe_layer = 0;
       for_each_moe_layer(model, [&](auto& moe) { moe.update_bias(expert_load.layer(moe_layer++), 1e-3); });
-      log_intervention(plasticity.after_step(number));      // ReDo
+      log_intervention(plasticity.after_step(number, comm));  // ReDo, the same units on every rank
       const auto bad = non_finite_values(params, /*gradients=*/false);
       if (!bad.empty())
         return diverged(number, megacpp::detail::concat("parameters ", list_names(bad),

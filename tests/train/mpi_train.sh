@@ -3,7 +3,9 @@
 # 1. A data-parallel run of a few steps succeeds; rank 0 alone prints (one summary line) and writes
 #    metrics.jsonl (with a validation loss) and the final checkpoint.
 # 2. An MoE model (tiny_moe) trains data-parallel too, logging the global batch's expert load.
-# 3. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
+# 3. ReDo in a data-parallel run (the ranks average their activation statistics): it recycles and
+#    the run finishes.
+# 4. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
 #    message, within the timeout rather than hanging.
 # Exits 77 (skipped) without mpirun.
 set -uo pipefail
@@ -27,6 +29,12 @@ status=$?
 echo "$log"
 [[ $status == 0 ]] || fail "the data-parallel MoE run exited with $status"
 [[ "$(grep -c '"expert_load_max"' "$out/moe/metrics.jsonl")" == 2 ]] || fail "the MoE run's metrics lack expert_load_max"
+
+log="$(timeout 300 bash "$run_mpi" 2 "$exe" --steps 4 --redo_every 2 --eval_every 4 --val_tokens 2048 --out "$out/redo" --sample_tokens 0 2>&1)"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "the data-parallel ReDo run exited with $status"
+[[ "$(grep -c '"intervention":"redo"' "$out/redo/metrics.jsonl")" == 2 ]] || fail "expected 2 ReDo records in metrics.jsonl"
 
 log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/fail" --sample_tokens 0 --debug_fail_rank 1 2>&1)"
 status=$?

@@ -204,6 +204,16 @@ class ReDoTracker {
   /// projection is missing from `params`.
   template <optim::Optimizer Opt>
   std::vector<ReDoEntry> recycle(std::vector<optim::ParamRef<T, B>>& params, Opt& opt) {
+    dist::SingleProcess single;
+    return recycle(params, opt, single);
+  }
+
+  /// The same in a data-parallel run: the activation EMAs are averaged over `comm`'s ranks before
+  /// judging (dormant_units), so every rank recycles the same units with the same draws (the seed
+  /// does not depend on the rank) and the replicas stay equal. Every rank must call it.
+  template <optim::Optimizer Opt, class Comm>
+    requires dist::GatherComm<Comm, double, B>
+  std::vector<ReDoEntry> recycle(std::vector<optim::ParamRef<T, B>>& params, Opt& opt, Comm& comm) {
     const ReDoOptions& o = state_->options;
     struct Plan {
       LayerStats* stats;
@@ -233,9 +243,8 @@ class ReDoTracker {
       plans.push_back(p);
     }
     std::vector<ReDoEntry> out;
-    dist::SingleProcess single;
     for (Plan& p : plans) {
-      ReDoEntry e{p.stats->prefix, p.in->shape()[0], dormant_units<B>(p.stats->ema, o.tau, single)};
+      ReDoEntry e{p.stats->prefix, p.in->shape()[0], dormant_units<B>(p.stats->ema, o.tau, comm)};
       const index_t hidden = e.hidden;
       const double init_std = 1.0 / std::sqrt(static_cast<double>(p.in->shape()[1]));
       recycle_units<T, B>(p.in->value(), all_rows(hidden), p.out->value(), p.bias ? &p.bias->value() : nullptr, e.units,
