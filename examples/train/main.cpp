@@ -50,7 +50,9 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
        "warn (log and metrics) when the training loss is exactly the same for this many steps (0: never)")
       ("eval_every", po::value(&o.eval_every)->default_value(0, "model default"), "steps between validation passes")
       ("val_tokens", po::value(&o.val_tokens)->default_value(0, "model default"), "tokens per validation pass")
-      ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell");
+      ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell")
+      ("zero1", po::bool_switch(&o.zero1),
+       "ZeRO-1: shard the optimizer state (Muon momentum, AdamW moments) over the data-parallel ranks; a no-op at world size 1");
   po::options_description batch("Batch and curriculum (docs/recipe.md: the global batch stays constant across phases)");
   batch.add_options()
       ("phase", po::value(&o.phase)->default_value(o.phase), "1 syntax (4K, rope_theta 1e4) | 2 file (16K, 5e5) | 3 repo (64K, 1e6); the tiny model runs 1/16 of each context")
