@@ -57,6 +57,8 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell")
       ("precision", po::value(&o.precision)->default_value(o.precision),
        "bf16: bf16 product operands, fp32 weights and everything else (docs/systems/precision.md) | fp32; the default is bf16 on CPUs with AVX512-BF16");
+      ("zero1", po::bool_switch(&o.zero1),
+       "ZeRO-1: shard the optimizer state (Muon momentum, AdamW moments) over the data-parallel ranks; a no-op at world size 1");
   po::options_description batch("Batch and curriculum (docs/recipe.md: the global batch stays constant across phases)");
   batch.add_options()
       ("phase", po::value(&o.phase)->default_value(o.phase), "1 syntax (4K, rope_theta 1e4) | 2 file (16K, 5e5) | 3 repo (64K, 1e6); the tiny model runs 1/16 of each context")

@@ -71,6 +71,7 @@ struct TrainOptions {
   std::string tokenizer;             ///< BPE shards: their tokenizer.json, for the sample
   std::string special_tokens = kDefaultSpecialTokens;  ///< with tokenizer: megacpp-prepare's names
   bool require_improvement = false;  ///< exit 5 when a fresh run's validation loss did not fall
+  bool zero1 = false;                ///< ZeRO-1: shard the optimizer state over the data-parallel ranks
   std::int64_t debug_poison_step = 0;    ///< fault injection: NaN weights before this step (tests)
   int debug_fail_rank = -1;              ///< fault injection: this rank throws before step 2 (tests)
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)

@@ -171,6 +171,8 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     data_parallel.emplace(comm, std::move(vars));
     data_parallel->broadcast_parameters(0);
   }
+  // ZeRO-1: after the checkpoint's full state is loaded, each rank keeps its share only.
+  if (o.zero1) opt.shard(rank, world);
   enter_phase(model, p.phase, p.seq_len);
   PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
                                                  o.resume.empty() ? nlohmann::json() : saved.plasticity);
@@ -194,6 +196,16 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                 dist::DataParallelOptions{}.bucket_bytes >> 20, data_parallel->buckets());
   if (!mixture.empty()) std::printf("mixture %s (streams drawn per row, seed %llu)\n", mixture.c_str(),
                                     static_cast<unsigned long long>(o.seed));
+  if (o.zero1 || world > 1) {
+    auto largest = static_cast<std::int64_t>(opt.state_bytes());
+    comm.template all_reduce<std::int64_t, Cpu>(&largest, 1, dist::ReduceOp::max);
+    std::printf("optimizer state per rank: %.2f MB on rank 0, %.2f MB at most (unsharded %.2f MB; %s)\n",
+                static_cast<double>(opt.state_bytes()) / 1e6, static_cast<double>(largest) / 1e6,
+                static_cast<double>(opt.unsharded_state_bytes()) / 1e6,
+                !o.zero1 ? "replicated on every rank, --zero1 shards it"
+                         : world > 1 ? "ZeRO-1: sharded over the ranks"
+                                     : "--zero1 at world size 1: nothing to shard");
+  }
   std::optional<MetricsLog> metrics;
   if (lead) metrics.emplace(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
   const auto write_log = [&](const nlohmann::json& record) {
@@ -311,7 +323,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                                                list_names(non_finite_values(params, /*gradients=*/true)),
                                                "); the optimizer step was not taken"));
       log_intervention(plasticity.after_backward(number));  // DASH: this step's gradients, before the update
-      opt.step(comm);  // Muon's Newton-Schulz shared over the ranks, AdamW replicated
+      opt.step(comm);  // Muon's Newton-Schulz shared over the ranks, AdamW replicated (or sharded: --zero1)
       // Auxiliary-loss-free balancing (SigmoidBiasTopK): each MoE layer's bias moves by gamma
       // against its load, outside the gradient (DeepSeek-V3 sec. 2.1.2, gamma 0.001 there).
       // The load is the global batch's (all micro-batches; all ranks, summed before the step).
@@ -394,7 +406,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                   static_cast<long long>(o.pass_eval.samples), record["eval_seconds"].get<double>());
       std::fflush(stdout);
     }
-    if (lead && ((o.save_every > 0 && number % o.save_every == 0) || number == end)) {
+    const bool save = (o.save_every > 0 && number % o.save_every == 0) || number == end;
+    // ZeRO-1: rank 0 writes the whole state, so every rank hands it its share first (a checkpoint
+    // is then the unsharded one: it resumes at any world size, sharded or not).
+    if (save && opt.shard_world() > 1) opt.unshard(comm);
+    if (lead && save) {
       state.step = number;
       state.rng_state = rng.state();
       if (loader.mixed()) state.train_mixture = loader.position();
@@ -402,6 +418,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       state.plasticity = plasticity.to_json();
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
+    if (save && o.zero1 && world > 1) opt.shard(rank, world);
   }
   if (bar) bar->finish();
   const bool learned = start > 0 || last.loss < first.loss;  // the same on every rank (averaged losses)

@@ -46,10 +46,11 @@ struct Result {
   std::vector<float> params;   // every parameter, flattened, after the last step
 };
 
-// Trains Net(seed) with AdamW; the initial values of ranks other than 0 are perturbed so that the
-// broadcast of rank 0's parameters is tested too.
+// Trains Net(seed) with AdamW (its moments sharded over the ranks when `zero1`: ZeRO-1); the
+// initial values of ranks other than 0 are perturbed so that the broadcast of rank 0's
+// parameters is tested too.
 template <class C>
-Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_t bucket_bytes) {
+Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_t bucket_bytes, bool zero1 = false) {
   const int world = comm.size(), rank = comm.rank();
   Net net(7 + static_cast<std::uint64_t>(rank));
   dist::DataParallel<float, Cpu, C> dp(comm, net.params(), dist::DataParallelOptions{bucket_bytes});
@@ -58,6 +59,7 @@ Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_
                                 optim::ParamRef<float, Cpu>{"w2", net.w2, Role::matrix, {}},
                                 optim::ParamRef<float, Cpu>{"bias", net.bias, Role::bias, {}}},
                                {.lr = 1e-2});
+  if (zero1) opt.shard(rank, world);
   Result r;
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
@@ -71,7 +73,7 @@ Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_
     dp.finish();
     comm.template all_reduce<double, Cpu>(&loss, 1, dist::ReduceOp::avg);
     r.losses.push_back(loss);
-    opt.step();
+    opt.step(comm);
     opt.zero_grad();
   }
   for (const V& p : net.params())

@@ -10,6 +10,7 @@
 
 #include "dp_model.hpp"
 #include "megacpp/dist/mpi.hpp"
+#include "zero1_model.hpp"
 
 using namespace megacpp;
 using dist::ReduceOp;
@@ -137,6 +138,27 @@ TEST_CASE("Distributed Muon over MPI (overlapped all-gathers) equals single-proc
   dist::SingleProcess one;
   const std::vector<float> single = train(one);
   CHECK(train(*world_comm) == single);
+}
+
+TEST_CASE("ZeRO-1 over MPI: sharded Hybrid == unsharded single-process Hybrid after 5 steps, bitwise", "[mpi][zero1]") {
+  dist::SingleProcess single;
+  const zero1_test::Result one = zero1_test::train(single, 5, false);
+  const zero1_test::Result two = zero1_test::train(*world_comm, 5, true);
+  INFO("rank " << world_comm->rank());
+  CHECK(two.params == one.params);
+  auto total = static_cast<std::int64_t>(two.state_bytes);
+  world_comm->all_reduce<std::int64_t, Cpu>(&total, 1, ReduceOp::sum);
+  CHECK(total == static_cast<std::int64_t>(one.unsharded_bytes));  // every byte of state held exactly once
+  CHECK(two.state_bytes < one.unsharded_bytes);
+  CHECK(two.full_state == one.full_state);  // unshard(): the unsharded optimiser's state, bit for bit
+}
+
+TEST_CASE("ZeRO-1 over MPI: DataParallel + sharded AdamW == world 1 x accumulation 2, bitwise", "[mpi][zero1][data_parallel]") {
+  dist::SingleProcess single;
+  const dp_test::Result one = dp_test::train(single, 5, 2, 8, 1 << 20);
+  const dp_test::Result two = dp_test::train(*world_comm, 5, 1, 8, 1 << 20, /*zero1=*/true);
+  CHECK(two.losses == one.losses);
+  CHECK(two.params == one.params);
 }
 
 int main(int argc, char** argv) {

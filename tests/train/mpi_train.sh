@@ -7,6 +7,9 @@
 #    the run finishes.
 # 4. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
 #    message, within the timeout rather than hanging.
+# 3. The same run with --zero1 (optimizer state sharded over the ranks) prints the state per rank
+#    and writes bitwise the checkpoint of 1. (weights and optimizer state: rank 0 gathers the
+#    shards before writing); that checkpoint resumes at world size 1 and at 2 with --zero1.
 # Exits 77 (skipped) without mpirun.
 set -uo pipefail
 exe="$1" run_mpi="$2" out="$3"
@@ -43,4 +46,23 @@ echo "$log"
 [[ $status != 124 ]] || fail "the job hung after a rank failed (timeout)"
 grep -q "rank 1 fails on purpose" <<<"$log" || fail "the failing rank's message is missing"
 grep -q "aborting the MPI job" <<<"$log" || fail "the abort is not reported"
+log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --eval_every 2 --val_tokens 2048 --out "$out/zero1" --sample_tokens 0 --zero1 2>&1)"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "the --zero1 run exited with $status"
+[[ "$(grep -c '^optimizer state per rank: .*ZeRO-1: sharded over the ranks' <<<"$log")" == 1 ]] ||
+  fail "expected one 'optimizer state per rank ... ZeRO-1' line"
+for f in model.safetensors optimizer.safetensors; do
+  cmp "$out/ok/step_00000004/$f" "$out/zero1/step_00000004/$f" || fail "--zero1 wrote a different $f than the unsharded run"
+done
+log="$(timeout 240 "$exe" --steps 6 --eval_every 2 --val_tokens 2048 --resume "$out/zero1" --out "$out/zero1_w1" --sample_tokens 0 --zero1 2>&1)"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "resuming the --zero1 checkpoint at world size 1 exited with $status"
+grep -q 'nothing to shard' <<<"$log" || fail "--zero1 at world size 1 does not say it is a no-op"
+log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 6 --eval_every 2 --val_tokens 2048 --resume "$out/zero1" --out "$out/zero1_w2" --sample_tokens 0 --zero1 2>&1)"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "resuming the --zero1 checkpoint at world size 2 exited with $status"
+[[ "$(grep -c '^trained' <<<"$log")" == 1 ]] || fail "the resumed world-2 run did not finish"
 echo "mpi_train: passed"

@@ -13,6 +13,9 @@
 // Both routing and weight decay can be replaced by functions (HybridOptions::route, ::decays);
 // per-Role AdamW hyper-parameters override the base ones (modded-nanogpt gives the embedding,
 // head and scalars different Adam learning rates).
+//
+// ZeRO-1: shard(rank, world) shards both halves' state (adamw.hpp, muon.hpp); step(comm) then
+// updates each rank's share and gathers the parameters.
 #pragma once
 
 #include <algorithm>
@@ -106,13 +109,34 @@ class Hybrid {
     adamw_.step();
   }
   /// One update with Muon's Newton-Schulz work shared over `comm` (megacpp/dist/comm.hpp); AdamW is
-  /// elementwise and runs on every rank.
+  /// elementwise and runs on every rank (unsharded) or on each parameter's owner (ZeRO-1).
   template <class Comm>
     requires dist::GatherComm<Comm, T, B>
   void step(Comm& comm) {
     muon_.step(comm);
-    adamw_.step();
+    adamw_.step(comm);
   }
+  /// ZeRO-1: shards both halves' state over `world` ranks, this one being `rank` (Muon by its
+  /// round-robin, AdamW by size-balanced ownership); step(comm) must then be given a
+  /// communicator of that rank and size. world 1 leaves the state unsharded.
+  void shard(int rank, int world) {
+    muon_.shard(rank, world);
+    adamw_.shard(rank, world);
+  }
+  /// Undoes shard() over `comm` (every rank then holds the whole state: for a checkpoint);
+  /// collective.
+  template <class Comm>
+    requires dist::Comm<Comm, T, B>
+  void unshard(Comm& comm) {
+    muon_.unshard(comm);
+    adamw_.unshard(comm);
+  }
+  /// Ranks the state is sharded over (1: unsharded).
+  int shard_world() const { return adamw_.shard_world(); }
+  /// Bytes of optimiser state (Muon momentum, AdamW moments) this rank holds.
+  std::size_t state_bytes() const { return muon_.state_bytes() + adamw_.state_bytes(); }
+  /// Bytes of optimiser state an unsharded optimiser holds.
+  std::size_t unsharded_state_bytes() const { return muon_.unsharded_state_bytes() + adamw_.unsharded_state_bytes(); }
   /// Forgets every parameter's gradient.
   void zero_grad() {
     muon_.zero_grad();

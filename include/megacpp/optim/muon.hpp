@@ -18,6 +18,11 @@
 // every rank (an elementwise pass, cheap beside NS), so every rank holds the full state: any rank's
 // checkpoint is complete, and a run can resume at another world size.
 //
+// ZeRO-1 (shard(rank, world); docs/systems/distributed.md): each rank keeps the momentum of only
+// the matrices it orthogonalises (the ShardPlan's round-robin over all of Muon's parameters) and
+// updates only that momentum; the all-gather of updates is unchanged, so the result is bitwise
+// the unsharded step's (when every matrix has a gradient: then both deal the same matrices).
+//
 // The update never records a graph: it runs Backend kernels on the parameters' tensors.
 #pragma once
 
@@ -115,17 +120,26 @@ class Muon {
   void step(Comm& comm) {
     const int world = comm.size(), rank = comm.rank();
     check(world >= 1 && rank >= 0 && rank < world, "Muon::step", "communicator has rank ", rank, " of ", world);
-    std::vector<std::size_t> active;  // slots with a gradient, in order: the same on every rank
+    check(shard_world_ == 1 || (world == shard_world_ && rank == shard_rank_), "Muon::step", "the momentum is sharded for rank ",
+          shard_rank_, " of ", shard_world_, " (ZeRO-1) but the communicator is rank ", rank, " of ", world);
+    // Unsharded: the slots with a gradient, in order (the same on every rank). Sharded: every
+    // slot (the owners are fixed), those without a gradient skipped by orthogonalise and apply.
+    std::vector<std::size_t> active;
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
-      if (!s.param.has_grad()) continue;
+      if (!s.param.has_grad()) {
+        if (shard_world_ > 1) active.push_back(i);
+        continue;
+      }
       check(s.param.grad().shape() == s.param.shape(), "Muon::step", "gradient of '", s.param.name, "' has shape ",
             s.param.grad().shape(), " but the parameter is ", s.param.shape());
       active.push_back(i);
     }
-    // buf = m buf + (1 - m) g for every parameter on every rank (replicated state).
+    // buf = m buf + (1 - m) g for every parameter with a gradient whose momentum this rank holds
+    // (every one unsharded: replicated state).
     for (std::size_t i : active) {
       Slot& s = slots_[i];
+      if (!s.param.has_grad() || !s.momentum_buffer.defined()) continue;
       const double m = groups_[s.group].options.momentum;
       T* buf = s.momentum_buffer.data();
       B::template map<T>(1, s.rows * s.cols, fn::Lerp{1.0 - m}, buf, In<T>{buf}, In<T>{s.param.grad().data()});
@@ -143,7 +157,8 @@ class Muon {
       index_t count = 0;  // the chunk's largest update: every rank sends this many elements
       for (index_t j = begin; j < end; ++j) count = std::max(count, slots_[active[static_cast<std::size_t>(j)]].numel());
       const index_t mine = begin + rank;
-      if (mine < end) orthogonalise(slots_[active[static_cast<std::size_t>(mine)]], send_.data());
+      if (mine < end && slots_[active[static_cast<std::size_t>(mine)]].param.has_grad())
+        orthogonalise(slots_[active[static_cast<std::size_t>(mine)]], send_.data());
       const T* updates = send_.data();
       if (world > 1) {
         comm.template all_gather<T, B>(send_.data(), count, recv_.data());
@@ -177,7 +192,8 @@ class Muon {
       for (index_t j = begin; j < end; ++j) count = std::max(count, slots_[active[static_cast<std::size_t>(j)]].numel());
       T* send = send_.data() + (k % 2) * max_numel_;
       const index_t mine = begin + rank;
-      if (mine < end) orthogonalise(slots_[active[static_cast<std::size_t>(mine)]], send);  // overlaps chunk k - 1's gather
+      if (mine < end && slots_[active[static_cast<std::size_t>(mine)]].param.has_grad())
+        orthogonalise(slots_[active[static_cast<std::size_t>(mine)]], send);  // overlaps chunk k - 1's gather
       Handle started = comm.template iall_gather<T, B>(send, count, recv_.data() + (k % 2) * world * max_numel_);
       if (in_flight) {
         in_flight->wait();
@@ -209,17 +225,68 @@ class Muon {
     for (Group& g : groups_) g.options.momentum = m;
   }
 
-  /// Visits the state: visit("momentum_buffer.<param name>", Tensor<T, B>&) per parameter.
+  /// Visits the state: visit("momentum_buffer.<param name>", Tensor<T, B>&) per parameter
+  /// (sharded: per parameter this rank owns).
   template <class Visitor>
   void for_each_state(Visitor&& visit) {
-    for (Slot& s : slots_) visit("momentum_buffer." + s.param.name, s.momentum_buffer);
+    for (Slot& s : slots_)
+      if (s.momentum_buffer.defined()) visit("momentum_buffer." + s.param.name, s.momentum_buffer);
+  }
+
+  /// ZeRO-1: from now on this rank keeps the momentum of only the matrices it orthogonalises of
+  /// `world` ranks (parameter i: rank i % world, ShardPlan); the others' buffers are freed
+  /// (shard a fresh optimiser, or one whose state was just loaded in full). world 1 is
+  /// unsharded. Throws for a rank outside [0, world).
+  void shard(int rank, int world) {
+    check(world >= 1 && rank >= 0 && rank < world, "Muon::shard", "rank ", rank, " of ", world, " is out of range");
+    const ShardPlan plan(static_cast<index_t>(slots_.size()), world);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      const bool mine = plan.owner(static_cast<index_t>(i)) == rank;
+      if (!mine && s.momentum_buffer.defined()) s.momentum_buffer = Tensor<T, B>();
+      if (mine && !s.momentum_buffer.defined()) s.momentum_buffer = Tensor<T, B>::zeros(s.param.shape());
+    }
+    shard_rank_ = rank, shard_world_ = world;
+  }
+  /// Undoes shard(): every rank receives every matrix's momentum from its owner (one broadcast
+  /// per matrix), so that a checkpoint written from any rank is complete; shard() again
+  /// afterwards to free them. Collective: every rank of `comm` calls it.
+  template <class Comm>
+    requires dist::Comm<Comm, T, B>
+  void unshard(Comm& comm) {
+    if (shard_world_ == 1) return;
+    check(comm.size() == shard_world_ && comm.rank() == shard_rank_, "Muon::unshard", "the momentum is sharded for rank ",
+          shard_rank_, " of ", shard_world_, " but the communicator is rank ", comm.rank(), " of ", comm.size());
+    const ShardPlan plan(static_cast<index_t>(slots_.size()), shard_world_);
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.momentum_buffer.defined()) s.momentum_buffer = Tensor<T, B>::zeros(s.param.shape());
+      comm.template broadcast<T, B>(s.momentum_buffer.data(), s.numel(), plan.owner(static_cast<index_t>(i)));
+    }
+    shard_rank_ = 0, shard_world_ = 1;
+  }
+  /// Ranks the momentum is sharded over (1: unsharded).
+  int shard_world() const { return shard_world_; }
+  /// Bytes of momentum buffers this rank holds.
+  std::size_t state_bytes() const {
+    std::size_t n = 0;
+    for (const Slot& s : slots_)
+      if (s.momentum_buffer.defined()) n += static_cast<std::size_t>(s.numel()) * sizeof(T);
+    return n;
+  }
+  /// Bytes of momentum buffers an unsharded Muon holds.
+  std::size_t unsharded_state_bytes() const {
+    std::size_t n = 0;
+    for (const Slot& s : slots_) n += static_cast<std::size_t>(s.numel()) * sizeof(T);
+    return n;
   }
   /// Zeroes the momentum of the named parameters (FIRE, ReDo); throws naming any name this
   /// optimiser does not own, before changing anything.
   void reset_state(const std::vector<std::string>& names) {
     for (const std::string& n : names)
       check(owns(n), "Muon::reset_state", "no parameter named '", n, "' in this optimiser");
-    for (const std::string& n : names) slots_[slot_of_.at(n)].momentum_buffer.fill(T(0));
+    for (const std::string& n : names)
+      if (slots_[slot_of_.at(n)].momentum_buffer.defined()) slots_[slot_of_.at(n)].momentum_buffer.fill(T(0));
   }
   /// True when `name` is one of this optimiser's parameters.
   bool owns(const std::string& name) const { return slot_of_.count(name) > 0; }
@@ -265,8 +332,9 @@ class Muon {
     newton_schulz<Coefficients, T, B>(g, out, ws, ns_steps(o));
   }
 
-  // W = W (1 - lr wd) - lr scale(R, C) O
+  // W = W (1 - lr wd) - lr scale(R, C) O (nothing for a matrix without a gradient)
   void apply(Slot& s, const T* update) {
+    if (!s.param.has_grad()) return;
     const MuonOptions& o = groups_[s.group].options;
     const double lr = o.lr * lr_scale_;
     T* w = s.param.value().data();
@@ -282,6 +350,7 @@ class Muon {
   Tensor<T, B> recv_;  // every rank's updates of a chunk: (world * max numel)
   index_t max_numel_ = 0;
   double lr_scale_ = 1.0;
+  int shard_rank_ = 0, shard_world_ = 1;  // ZeRO-1 sharding (world 1: unsharded)
 };
 
 }  // namespace megacpp::optim

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
@@ -34,5 +36,24 @@ struct ShardPlan {
   /// One past the last parameter of chunk k.
   index_t chunk_end(index_t k) const { return std::min(count, (k + 1) * index_t{world}); }
 };
+
+/// ZeRO-1 ownership of whole parameters balanced by size (AdamW's sharded state): parameters
+/// are taken largest first (ties: lower index first) and each is given to the rank with the
+/// fewest elements so far (ties: lower rank). Deterministic, so every rank computes the same
+/// owners; returns owners[i] for parameter i of sizes[i] elements.
+inline std::vector<int> balanced_owners(const std::vector<index_t>& sizes, int world) {
+  check(world >= 1, "balanced_owners", "world size must be >= 1, got ", world);
+  std::vector<std::size_t> order(sizes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<index_t> load(static_cast<std::size_t>(world), 0);
+  std::vector<int> owners(sizes.size(), 0);
+  for (std::size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first of equal loads
+    owners[i] = static_cast<int>(least - load.begin());
+    *least += sizes[i];
+  }
+  return owners;
+}
 
 }  // namespace megacpp::optim
