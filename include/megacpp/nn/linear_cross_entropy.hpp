@@ -82,6 +82,8 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
                                   T* c) {
     if constexpr (std::is_same_v<T, float>) {
       if (use_bf16) return B::gemm_bf16(g, 1.0f, x16, y16, beta, c);
+    } else {
+      (void)use_bf16;  // false for double: only float products have a bf16 path (clang: a used capture)
     }
     B::template gemm<T>(g, T(1), x, y, beta, c);
   };
