@@ -7,31 +7,13 @@
 #include <vector>
 
 #include "megacpp/megacpp.hpp"
+#include "on_ranks.hpp"
 
 using namespace megacpp;
+using testing::on_ranks;
 using dist::ReduceOp;
 
 namespace {
-
-// Runs body(comm) on every rank of an in-process world of `world` ranks; rethrows the first failure.
-template <class F>
-void on_ranks(int world, F body) {
-  dist::InProcessGroup group(world);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&group, &errors, &body, r] {
-      try {
-        dist::InProcessComm comm = group.comm(r);
-        body(comm);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 template <class T>
 std::vector<T> rank_values(int rank, int n) {  // rank r: r * 10 + i

@@ -9,34 +9,12 @@
 #include <vector>
 
 #include "dp_model.hpp"
+#include "on_ranks.hpp"
 #include "megacpp/dist/in_process.hpp"
 #include "zero1_model.hpp"
 
 using namespace megacpp;
-
-namespace {
-
-// Runs body(comm) on every rank of an in-process world of `world` ranks; rethrows the first failure.
-template <class F>
-void on_ranks(int world, F body) {
-  dist::InProcessGroup group(world);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&group, &errors, &body, r] {
-      try {
-        dist::InProcessComm comm = group.comm(r);
-        body(comm);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-}  // namespace
+using testing::on_ranks;
 
 TEST_CASE("balanced_owners: largest first to the least-loaded rank", "[dist][zero1]") {
   CHECK(optim::balanced_owners({10, 40, 30, 20}, 2) == std::vector<int>{0, 0, 1, 1});  // 40, 30, 20 -> 1, 10 -> 0: 50, 50
