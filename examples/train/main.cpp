@@ -56,7 +56,7 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("val_tokens", po::value(&o.val_tokens)->default_value(0, "model default"), "tokens per validation pass")
       ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell")
       ("precision", po::value(&o.precision)->default_value(o.precision),
-       "bf16: bf16 product operands, fp32 weights and everything else (docs/systems/precision.md) | fp32; the default is bf16 on CPUs with AVX512-BF16");
+       "bf16: bf16 product operands, fp32 weights and everything else (docs/systems/precision.md) | fp32; the default is bf16 on CPUs with AVX512-BF16")
       ("zero1", po::bool_switch(&o.zero1),
        "ZeRO-1: shard the optimizer state (Muon momentum, AdamW moments) over the data-parallel ranks; a no-op at world size 1");
   po::options_description batch("Batch and curriculum (docs/recipe.md: the global batch stays constant across phases)");
