@@ -87,7 +87,7 @@ struct TrainOptions {
             {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
             {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
             {"fim_mask", fim_mask}, {"mix", mix}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
-            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}};
+            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}, {"zero1", zero1}};
   }
 };
 
