@@ -27,6 +27,7 @@
 #include "megacpp/train/curriculum.hpp"
 #include "models.hpp"
 #include "run_checkpoint.hpp"
+#include "trained_model.hpp"
 
 #ifndef MEGACPP_EVAL_PROBLEMS
 #define MEGACPP_EVAL_PROBLEMS "megacpp_cpp20.jsonl"
@@ -58,23 +59,13 @@ std::vector<std::string> split_flags(const std::string& text) {
 template <class Model>
 std::vector<Completion> sample_from_checkpoint(const EvalOptions& o, const std::vector<Problem>& problems,
                                                const fs::path& dir, const TrainingState& state, const ModelDefaults& d) {
-  const std::string type_id = Model::type_id();
-  check(state.model_type == type_id, kTool, dir.string(), " holds model type [", state.model_type,
-        "], the registry's \"", state.model, "\" is [", type_id, "]");
   const SampleCodec codec(kTool, o.tokenizer, o.special_tokens, state.shards);
   check(codec.available(), kTool, dir.string(), " was trained on BPE shards (", state.shards.tokenizer_hash,
         "): pass their tokenizer.json with --tokenizer");
   check_flag(o.sampling.top_k <= Model::dims.vocab, kTool, "top_k", o.sampling.top_k, " exceeds the vocabulary of \"",
              state.model, "\" (", Model::dims.vocab, ")");
   Model model(0);
-  io::load_model(dir / "model.safetensors", model, type_id);
-  // The RoPE base (and YaRN in phase 3) the weights were trained with, as megacpp-generate does.
-  const CurriculumPhase& phase = recipe_phase(state.phase);
-  const index_t trained_seq_len = state.options.contains("seq_len") && state.options["seq_len"].is_number_integer() &&
-                                          state.options["seq_len"].get<index_t>() > 0
-                                      ? state.options["seq_len"].get<index_t>()
-                                      : phase.seq_len / d.seq_len_divisor;
-  enter_phase(model, phase, trained_seq_len);
+  load_trained_model(kTool, dir, state, d, model);
   return sample_completions(model, codec, problems, o.sampling, state.shards.special.bos, state.shards.special.eos);
 }
 

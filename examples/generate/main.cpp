@@ -20,6 +20,7 @@
 #include "megacpp/nn/model/sampling.hpp"
 #include "models.hpp"
 #include "run_checkpoint.hpp"
+#include "trained_model.hpp"
 
 namespace po = boost::program_options;
 using namespace megacpp;
@@ -38,7 +39,6 @@ struct GenerateOptions {
 
 template <class Model>
 int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& state, const ModelDefaults& d) {
-  const std::string type_id = Model::type_id();
   const SampleCodec codec(kTool, o.tokenizer, o.special_tokens, state.shards);
   check(codec.available(), kTool, dir.string(), " was trained on BPE shards (", state.shards.tokenizer_hash,
         "): pass their tokenizer.json with --tokenizer");
@@ -50,18 +50,8 @@ int run(const GenerateOptions& o, const fs::path& dir, const TrainingState& stat
              prompt_tokens, " tokens exceed the context of \"", state.model, "\" (max_seq ", Model::dims.max_seq, ")");
   check_flag(o.top_k <= Model::dims.vocab, kTool, "top_k", o.top_k, " exceeds the vocabulary of \"", state.model,
              "\" (", Model::dims.vocab, ")");
-  check(state.model_type == type_id, kTool, dir.string(), " holds model type [", state.model_type,
-        "], the registry's \"", state.model, "\" is [", type_id, "]");
   Model model(0);
-  io::load_model(dir / "model.safetensors", model, type_id);
-  // The checkpoint's phase decides the RoPE base (and in phase 3 the YaRN extension, which depends
-  // on the row length) the weights were trained with.
-  const CurriculumPhase& phase = recipe_phase(state.phase);
-  const index_t trained_seq_len = state.options.contains("seq_len") && state.options["seq_len"].is_number_integer() &&
-                                          state.options["seq_len"].get<index_t>() > 0
-                                      ? state.options["seq_len"].get<index_t>()
-                                      : phase.seq_len / d.seq_len_divisor;
-  enter_phase(model, phase, trained_seq_len);
+  load_trained_model(kTool, dir, state, d, model);
   const std::int32_t bos = state.shards.special.bos, eos = state.shards.special.eos;
   const SamplingOptions so{o.temperature, o.top_k};
   std::fputs(o.prompt.c_str(), stdout);

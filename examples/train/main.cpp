@@ -9,12 +9,14 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include <boost/program_options.hpp>
 
 #include "common/cli.hpp"
 #include "common/install_paths.hpp"
-#include "trainer.hpp"
+#include "entry_points.hpp"
+#include "megacpp/dist/comm.hpp"
 #ifdef MEGACPP_TRAIN_MPI
 #include "megacpp/dist/mpi.hpp"
 #endif
@@ -114,14 +116,33 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("eval_max_tokens", po::value(&o.pass_eval.max_tokens)->default_value(o.pass_eval.max_tokens), "new tokens at most per completion")
       ("eval_temperature", po::value(&o.pass_eval.temperature)->default_value(o.pass_eval.temperature, shown_default(o.pass_eval.temperature)),
        "sampling temperature of the completions (0: greedy; top-k is --top_k)");
+  po::options_description post("Post-training (docs/recipe.md: SFT, then GSPO; ReDo, DASH and FIRE are off)");
+  std::string warmup_ratio;
+  post.add_options()
+      ("init", po::value(&o.init), "start SFT or GSPO from this checkpoint's weights (a step_* or run directory); the "
+       "optimizer and schedule start afresh")
+      ("sft", po::value(&o.sft.file), "supervised fine-tuning on these JSONL examples ({\"prompt\", \"response\"} or "
+       "{\"instruction\", \"before\", \"after\"|\"diff\"}); the prompt is not learned")
+      ("sft_val", po::value(&o.sft.val_file), "held-out SFT examples for the validation loss (default: every 20th of --sft)")
+      ("sft_fim_share", po::value(&o.sft.fim_share)->default_value(o.sft.fim_share, shown_default(o.sft.fim_share)),
+       "share of SFT rows drawn from --data's pretraining shards, whose FIM documents keep infilling alive")
+      ("gspo", po::bool_switch(&o.gspo.enabled), "GSPO: reinforcement learning on --eval_problems, rewarded by their "
+       "compiled and run tests (one process)")
+      ("gspo_group", po::value(&o.gspo.group)->default_value(o.gspo.group), "completions sampled per problem (G)")
+      ("gspo_prompts", po::value(&o.gspo.prompts)->default_value(o.gspo.prompts), "problems per GSPO step")
+      ("gspo_updates", po::value(&o.gspo.updates)->default_value(o.gspo.updates), "optimizer steps per rollout (after the first, off-policy and clipped)")
+      ("gspo_max_tokens", po::value(&o.gspo.max_tokens)->default_value(o.gspo.max_tokens), "new tokens at most per completion")
+      ("gspo_temperature", po::value(&o.gspo.temperature)->default_value(o.gspo.temperature, shown_default(o.gspo.temperature)),
+       "sampling temperature of the rollouts (top-k is --top_k)");
   po::options_description debug("Fault injection (tests)");
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")
       ("debug_fail_rank", po::value(&o.debug_fail_rank)->default_value(-1), "this data-parallel rank fails before step 2")
+      ("warmup_ratio", po::value(&warmup_ratio), "refused: warmup is absolute (--warmup_steps)")
       ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
   po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
                                   "Usage: megacpp-train [options]   (no options: the tiny model on the built-in corpus)");
-  visible.add(run).add(batch).add(optim_opts).add(mtp).add(plasticity_opts).add(pass_eval).add(sample);
+  visible.add(run).add(batch).add(optim_opts).add(mtp).add(plasticity_opts).add(pass_eval).add(post).add(sample);
   po::options_description all;
   all.add(visible).add(debug);
   po::variables_map vm;
@@ -131,13 +152,19 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
     if (!value.defaulted()) given.insert(name);
   o.seed = parse_u64_flag(kTrainTool, "seed", seed_text);
   o.fim_mask = !no_fim_mask;
+  check_flag(warmup_ratio.empty(), kTrainTool, "warmup_ratio", warmup_ratio,
+             ": warmup is a number of steps, never a share of the run (a ratio of a long run warms up for tens of "
+             "thousands of steps; docs/recipe.md): give --warmup_steps");
   check_options(o, given);
+  if (!o.sft.file.empty() || o.gspo.enabled) o.plasticity.fire = "off";  // and DASH, ReDo: refused when given
   if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
-  return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
-    using Model = typename decltype(model_type)::type;
-    if (o.precision == "bf16") return train<typename Model::template with_precision<Bf16Mixed>>(o, d, comm);
-    return train<typename Model::template with_precision<Fp32>>(o, d, comm);
-  });
+  if (o.gspo.enabled) {
+    if constexpr (std::is_same_v<Comm, dist::SingleProcess>) return train_gspo_run(o, comm);
+    check_flag(false, kTrainTool, "gspo", "runs in one process (rollouts are not data-parallel): launch megacpp-train "
+               "without mpirun");
+  }
+  if (o.precision == "bf16") return train_in_precision<Bf16Mixed>(o, comm);
+  return train_in_precision<Fp32>(o, comm);
 }
 
 #ifdef MEGACPP_TRAIN_MPI

@@ -30,6 +30,23 @@ namespace megacpp::examples {
 /// The default of --precision: "bf16" (bf16 product operands, fp32 master weights) where this CPU
 /// has bf16 dot-product instructions (AVX512-BF16), "fp32" elsewhere, where bf16 products would
 /// run on the convert-to-fp32 fallback and only lose precision.
+/// The --sft* flags (sft_data.hpp).
+struct SftFlags {
+  std::string file;         ///< training examples, JSONL ("" = pretraining)
+  std::string val_file;     ///< held-out examples ("" = every 20th of `file`)
+  double fim_share = 0.05;  ///< share of rows drawn from the pretraining shards (FIM kept in)
+};
+
+/// The --gspo* flags (gspo_run.hpp).
+struct GspoFlags {
+  bool enabled = false;          ///< --gspo: reinforcement learning on the problems' tests
+  std::int64_t group = 8;        ///< completions sampled per problem (G)
+  std::int64_t prompts = 4;      ///< problems per step
+  std::int64_t updates = 2;      ///< optimizer steps per rollout (the later ones off-policy)
+  index_t max_tokens = 128;      ///< new tokens at most per completion
+  double temperature = 1.0;      ///< sampling temperature of the rollouts
+};
+
 inline std::string default_precision() { return cpu::cpu_has_avx512_bf16() ? "bf16" : "fp32"; }
 
 /// Every option of a training run (the command line fills it; 0 / -1 mean "the model's default").
@@ -78,6 +95,9 @@ struct TrainOptions {
   PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
   std::string precision = default_precision();  ///< products: bf16 (Bf16Mixed) | fp32 (Fp32)
   PassEvalFlags pass_eval;               ///< pass@k every N steps (pass_eval_run.hpp)
+  std::string init;                      ///< SFT / GSPO: start from this checkpoint's weights ("" = none)
+  SftFlags sft;                          ///< supervised fine-tuning (sft_data.hpp)
+  GspoFlags gspo;                        ///< GSPO (gspo_run.hpp)
 
   /// The options as JSON (recorded in every checkpoint).
   nlohmann::json to_json() const {
@@ -87,7 +107,10 @@ struct TrainOptions {
             {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
             {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
             {"fim_mask", fim_mask}, {"mix", mix}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
-            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}, {"zero1", zero1}};
+            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}, {"zero1", zero1},
+            {"init", init}, {"sft", sft.file}, {"sft_val", sft.val_file}, {"sft_fim_share", sft.fim_share},
+            {"gspo", gspo.enabled}, {"gspo_group", gspo.group}, {"gspo_prompts", gspo.prompts},
+            {"gspo_updates", gspo.updates}, {"gspo_max_tokens", gspo.max_tokens}, {"gspo_temperature", gspo.temperature}};
   }
 };
 
@@ -106,6 +129,36 @@ inline data::Mixture parse_mix_flag(const std::string& text) {
 
 /// Checks what the options say on their own (no model needed); `given` holds the flags the
 /// command line set, so an integer left at its "model default" sentinel is not range-checked.
+/// The SFT / GSPO flags (docs/recipe.md, "Post-training"): --sft and --gspo exclude each other and
+/// start from --init (or continue with --resume, never both); ReDo, DASH and FIRE are off there,
+/// and asking for them is an error rather than a silent no-op.
+inline void check_post_training_flags(const TrainOptions& o, const std::set<std::string>& given) {
+  const auto& t = kTrainTool;
+  const bool sft = !o.sft.file.empty(), gspo = o.gspo.enabled;
+  check_flag(!(sft && gspo), t, "gspo", "and --sft ", o.sft.file, " exclude each other: run SFT, then GSPO --init from it");
+  check_flag(o.init.empty() || !given.count("resume"), t, "init", o.init,
+             " and --resume exclude each other: --init starts a run from a checkpoint's weights, --resume continues one");
+  check_flag(o.init.empty() || sft || gspo, t, "init", o.init, " is for --sft or --gspo (pretraining continues with --resume)");
+  check_flag(o.sft.val_file.empty() || sft, t, "sft_val", o.sft.val_file, " is given without --sft");
+  check_real(t, "sft_fim_share", o.sft.fim_share, 0, 1);
+  check_range(t, "gspo_group", o.gspo.group, 2, 1 << 16, "completions per problem; advantages compare them");
+  check_range(t, "gspo_prompts", o.gspo.prompts, 1, 1 << 20);
+  check_range(t, "gspo_updates", o.gspo.updates, 1, 1 << 10);
+  check_range(t, "gspo_max_tokens", o.gspo.max_tokens, 1, std::int64_t{1} << 30);
+  check_real(t, "gspo_temperature", o.gspo.temperature, 0, 1e6, /*open_lo=*/true);
+  if (!sft && !gspo) return;
+  const char* mode = sft ? "--sft" : "--gspo";
+  check_flag(!o.init.empty() || given.count("resume"), t, sft ? "sft" : "gspo",
+             sft ? o.sft.file : std::string(), ": post-training starts from a trained model: give --init CHECKPOINT (or "
+             "--resume a run of it)");
+  for (const char* flag : {"fire", "fire_targets", "dash_every", "dash_threshold", "dash_min_factor", "redo_every",
+                           "redo_tau", "redo_min_history"})
+    check_flag(!given.count(flag), t, flag, "is given with ", mode,
+               ": ReDo, DASH and FIRE are off in post-training, where they destroy what fine-tuning teaches "
+               "(docs/recipe.md)");
+  check_flag(!given.count("mix"), t, "mix", "is given with ", mode, ": post-training reads its own examples");
+}
+
 inline void check_options(const TrainOptions& o, const std::set<std::string>& given) {
   constexpr std::int64_t kMaxSteps = std::int64_t{1} << 40, kMaxTokens = std::int64_t{1} << 50;
   const auto& t = kTrainTool;
@@ -151,6 +204,7 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_flag(o.precision == "bf16" || o.precision == "fp32", t, "precision", "\"", o.precision,
              "\" is not one of bf16, fp32");
   check_pass_eval_flags(t, o.pass_eval);
+  check_post_training_flags(o, given);
 }
 
 /// Gives `loader` the run's mixture: --mix when given, else the phase's (restricted to the streams
@@ -264,6 +318,18 @@ RunPlan make_plan(const TrainOptions& o, const ModelDefaults& d) {
 }
 
 /// The run's learning-rate schedule; an inconsistent warmup / decay / steps is a UsageError.
+/// Muon (2-D matrices) + AdamW (the rest) as the flags set them.
+inline optim::HybridOptions hybrid_options(const TrainOptions& o) {
+  optim::HybridOptions ho;
+  ho.muon.lr = o.lr_matrix;
+  ho.muon.weight_decay = o.weight_decay;
+  ho.adamw.lr = o.lr_scalar;
+  ho.adamw.beta1 = 0.9;
+  ho.adamw.beta2 = 0.95;
+  ho.adamw_by_role[Role::embedding].lr = o.lr_embedding;
+  return ho;
+}
+
 inline optim::LrSchedule make_schedule(const TrainOptions& o, const RunPlan& p) {
   const optim::Decay decay = o.lr_schedule == "constant" ? optim::Decay::constant
                              : o.lr_schedule == "cosine" ? optim::Decay::cosine

@@ -64,7 +64,13 @@ struct TrainingState {
   nlohmann::json options;             ///< the command line's options, for the record
   data::ShardMetadata shards;         ///< the tokenizer of the training data (byte for older checkpoints)
   nlohmann::json plasticity;          ///< FIRE ledger and ReDo statistics (plasticity_run.hpp); null when absent
+  nlohmann::json post_training;       ///< SFT or GSPO: {"stage": "sft" | "gspo", ...its data position}; null in pretraining
 };
+
+/// "pretraining", "sft" or "gspo": the kind of run that wrote state `s`.
+inline std::string training_stage(const TrainingState& s) {
+  return s.post_training.is_object() ? s.post_training["stage"].get<std::string>() : std::string("pretraining");
+}
 
 inline nlohmann::json to_json(const TrainingState& s) {
   nlohmann::json mixture;  // null for one unnamed stream
@@ -88,7 +94,8 @@ inline nlohmann::json to_json(const TrainingState& s) {
                       {"vocab_size", s.shards.vocab_size}, {"bos", s.shards.special.bos}, {"eos", s.shards.special.eos},
                       {"fim_prefix", s.shards.special.fim_prefix}, {"fim_suffix", s.shards.special.fim_suffix},
                       {"fim_middle", s.shards.special.fim_middle}}},
-          {"plasticity", s.plasticity}};
+          {"plasticity", s.plasticity},
+          {"post_training", s.post_training}};
 }
 
 namespace detail {
@@ -194,6 +201,13 @@ inline TrainingState read_training_state(const fs::path& file) {
     }
     if (pl.contains("redo_passes") && !pl["redo_passes"].is_number_unsigned()) bad("has a ReDo pass count that is not a count");
     s.plasticity = pl;
+  }
+  if (j.contains("post_training") && !j["post_training"].is_null()) {  // absent before SFT and GSPO existed
+    const auto& pt = j["post_training"];
+    check(pt.is_object() && pt.contains("stage") && pt["stage"].is_string() &&
+              (pt["stage"] == "sft" || pt["stage"] == "gspo"),
+          "checkpoint", f, ": field \"post_training\" must be an object whose \"stage\" is \"sft\" or \"gspo\"");
+    s.post_training = pt;
   }
   if (j.contains("shards")) {  // absent in checkpoints written before shards.json existed: byte shards
     const auto& m = detail::json_field<nlohmann::json>(j, "shards", f);

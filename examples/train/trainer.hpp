@@ -57,6 +57,8 @@
 #include "options.hpp"
 #include "pass_eval_run.hpp"
 #include "run_checkpoint.hpp"
+#include "sft_data.hpp"
+#include "trained_model.hpp"
 
 namespace megacpp::examples {
 
@@ -84,6 +86,12 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   check(o.resume.empty() || (saved.model == d.name && saved.model_type == type_id), kTrainTool, "checkpoint ",
         resume_dir.string(), " is from a different model type: it holds \"", saved.model, "\" [", saved.model_type,
         "], this run trains \"", d.name, "\" [", type_id, "]");
+  const fs::path init_dir = o.init.empty() ? fs::path() : resolve_checkpoint(o.init);
+  const TrainingState init = o.init.empty() ? TrainingState{} : read_training_state(init_dir / "state.json");
+  const bool sft = !o.sft.file.empty();
+  check(o.resume.empty() || training_stage(saved) == (sft ? "sft" : "pretraining"), kTrainTool, "checkpoint ",
+        resume_dir.string(), " is a run of ", training_stage(saved),
+        sft ? ": start SFT from it with --init, not --resume" : ": resume it with the flag it was started with (--sft FILE or --gspo)");
   const std::int64_t start = o.resume.empty() ? 0 : saved.step;
   check_flag(start < p.steps, kTrainTool, "steps", p.steps, ": the checkpoint is at step ", start,
              ", so there is nothing to do (raise --steps)");
@@ -99,6 +107,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
         saved.shards.special.bos, ", vocab ", saved.shards.vocab_size, ") but ", meta_file, " says ", meta.tokenizer, " (",
         meta.tokenizer_hash, ", BOS ", meta.special.bos, ", vocab ", meta.vocab_size,
         "): resume on shards written with the same tokenizer");
+  check(o.init.empty() || init.shards == meta, kTrainTool, "checkpoint ", init_dir.string(), " was trained on shards of the ",
+        init.shards.tokenizer, " tokenizer (", init.shards.tokenizer_hash, ") but ", meta_file, " says ", meta.tokenizer,
+        " (", meta.tokenizer_hash, "): fine-tune with the tokenizer the model was trained with");
   const data::SpecialTokens special = meta.special;
   const SampleCodec codec(kTrainTool, o.tokenizer, o.special_tokens, meta);  // the end-of-run sample's
   if (lead) {
@@ -107,14 +118,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   }
 
   Model model(o.seed);
-  optim::HybridOptions ho;
-  ho.muon.lr = o.lr_matrix;
-  ho.muon.weight_decay = o.weight_decay;
-  ho.adamw.lr = o.lr_scalar;
-  ho.adamw.beta1 = 0.9;
-  ho.adamw.beta2 = 0.95;
-  ho.adamw_by_role[Role::embedding].lr = o.lr_embedding;
-  optim::Hybrid<float, Cpu> opt(model, ho);
+  optim::Hybrid<float, Cpu> opt(model, hybrid_options(o));
   const auto params = optim::collect_params<float, Cpu>(model);
   // Each optimizer group's base learning rate (the schedule scales them all alike), for the metrics.
   std::map<std::string, double> group_lrs;
@@ -123,7 +127,12 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   data::MixtureLoader loader(data::list_streams(o.data, "train"), p.micro_batch, p.seq_len,
                              static_cast<std::uint32_t>(meta.vocab_size), o.seed, rank, world);
   if (o.fim_mask) loader.enable_fim_mask(special);
-  const std::string mixture = set_run_mixture(loader, o, p.phase);
+  const std::string mixture = sft ? std::string() : set_run_mixture(loader, o, p.phase);
+  // SFT (--sft): packed examples with their prompts masked, plus a share of pretraining rows.
+  std::optional<SftData> sft_data;
+  if (sft)
+    sft_data.emplace(kTrainTool, o.sft, codec, meta, train_shards, p.micro_batch, p.seq_len, o.seed, rank, world, o.fim_mask);
+  const auto next_batch = [&] { return sft_data ? sft_data->next<float, Cpu>() : loader.next<float, Cpu>(); };
 
   TrainingState state;
   state.model = d.name;
@@ -136,7 +145,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   if (!o.resume.empty()) {
     const fs::path& dir = resume_dir;
     load_checkpoint(dir, model, opt, type_id);
-    if (loader.mixed()) {
+    if (sft_data) {
+      sft_data->seek(saved.post_training, dir.string());
+    } else if (loader.mixed()) {
       check(saved.train_mixture.has_value(), kTrainTool, "checkpoint ", dir.string(),
             " was trained on one unnamed stream but ", o.data, " holds named streams: resume on the same data");
       loader.seek(*saved.train_mixture);
@@ -161,6 +172,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     if (saved.threads != threads)
       std::printf("warning: the checkpoint was written with %d threads, this run uses %d: results are not bitwise "
                   "those of an uninterrupted run (set OMP_NUM_THREADS=%d)\n", saved.threads, threads, saved.threads);
+  }
+  if (!o.init.empty()) {  // SFT: the pretrained weights, a fresh optimizer and schedule
+    load_trained_weights(kTrainTool, init_dir, init, model);
+    std::printf("initialised from %s (%s, step %lld); optimizer state and schedule start afresh\n",
+                init_dir.string().c_str(), training_stage(init).c_str(), static_cast<long long>(init.step));
   }
   // Data parallel: every rank starts from rank 0's weights (a resumed run reads the same files;
   // the broadcast costs one pass over the weights and guards against a rank that did not).
@@ -194,6 +210,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                 world, static_cast<long long>(p.accumulation), static_cast<long long>(p.micro_batch),
                 static_cast<long long>(p.seq_len), static_cast<long long>(p.total_batch_size),
                 dist::DataParallelOptions{}.bucket_bytes >> 20, data_parallel->buckets());
+  if (sft_data) std::printf("%s\n", sft_data->describe().c_str());
   if (!mixture.empty()) std::printf("mixture %s (streams drawn per row, seed %llu)\n", mixture.c_str(),
                                     static_cast<unsigned long long>(o.seed));
   if (o.zero1 || world > 1) {
@@ -221,7 +238,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   log_intervention(plasticity.at_start(start, !o.resume.empty() && saved.phase < p.phase.number));
 
   auto run_eval = [&](std::int64_t step) {
-    const EvalResult e = evaluate(model, val_shards, p, meta, comm);
+    EvalResult e;
+    if (sft_data) std::tie(e.loss, e.bits_per_byte) = sft_data->evaluate(model, comm, special.bos, meta.tokenizer == "byte");
+    else e = evaluate(model, val_shards, p, meta, comm);
     std::printf("%sstep %lld: val loss %.4f nats, %.3f bits per byte\n", isatty(STDERR_FILENO) ? "\n" : "",
                 static_cast<long long>(step), e.loss, e.bits_per_byte);
     std::fflush(stdout);
@@ -269,7 +288,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     std::vector<double> counts;
     double total = 0;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
-      batches.push_back(loader.next<float, Cpu>());
+      batches.push_back(next_batch());
       counts.push_back(0);
       for (const float m : batches.back().loss_mask_host) counts.back() += m;
       total += counts.back();
@@ -416,6 +435,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       if (loader.mixed()) state.train_mixture = loader.position();
       else state.train_position = loader.single_position();
       state.plasticity = plasticity.to_json();
+      if (sft_data) state.post_training = sft_data->position();
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
     if (save && o.zero1 && world > 1) opt.shard(rank, world);
@@ -460,6 +480,13 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     std::printf("\n");
   }
   return status;
+}
+
+template <class Precision, class Comm>
+int train_in_precision(const TrainOptions& o, Comm& comm) {
+  return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
+    return train<typename decltype(model_type)::type::template with_precision<Precision>>(o, d, comm);
+  });
 }
 
 }  // namespace megacpp::examples
