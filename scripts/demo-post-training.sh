@@ -3,7 +3,8 @@
 #   1. pretraining on the built-in corpus (the repository's own C++ sources),
 #   2. SFT on examples/sft/cpp_functions.jsonl (C++ functions and edits, none of them an
 #      evaluation problem), from the pretrained checkpoint,
-#   3. GSPO on the 20 shipped evaluation problems, rewarded by their compiled tests, from SFT,
+#   3. GSPO on the 20 shipped evaluation problems, from SFT, with CodeRL's graded execution reward
+#      (a model this small never passes a test, so the binary reward would carry no signal),
 # with pass@1 of the shipped problems (10 samples each) after every stage, then the table and
 # the plot of scripts/plot-post-training.py.
 #
@@ -24,7 +25,7 @@ set -x
 "$train" --out "$out/sft" --init "$out/base" --sft "$here/examples/sft/cpp_functions.jsonl" --steps 150 \
   --warmup_steps 10 --lr_matrix 0.005 --lr_embedding 0.003 --lr_scalar 0.001 --eval_every 25 --eval_pass_every 150 \
   "${pass_eval[@]}" "${extra[@]}"
-"$train" --out "$out/gspo" --init "$out/sft" --gspo --steps 40 --gspo_group 8 --gspo_prompts 4 --gspo_max_tokens 96 \
+"$train" --out "$out/gspo" --init "$out/sft" --gspo --gspo_reward coderl --steps 40 --gspo_group 8 --gspo_prompts 4 --gspo_max_tokens 96 \
   --warmup_steps 0 --lr_schedule constant --lr_matrix 0.002 --lr_embedding 0.001 --lr_scalar 0.0005 \
   --eval_pass_every 20 "${pass_eval[@]}" "${extra[@]}"
 set +x

@@ -4,17 +4,18 @@
     scripts/plot-post-training.py OUT.svg STAGE=RUN_DIR [STAGE=RUN_DIR ...]
 
 Reads each run's metrics.jsonl and prints a Markdown table, one row per stage: its steps, the
-last training loss (GSPO: the last mean reward), the last validation loss, and the last pass@k
-evaluation (pass@1, pass@10 and CodeBLEU's weighted n-gram match when present). OUT.svg draws, on
-one step axis with the stages one after the other, the training loss (pretraining and SFT, left
-axis) and every pass@1 evaluation (dots, right axis, 0 to 1), with the stage boundaries marked.
+last training loss, the last validation loss, and the stage's last pass@k evaluation (pass@1,
+pass@10, the share of candidates that compiled, CodeBLEU's weighted n-gram match). OUT.svg
+draws, on one step axis with the stages one after the other, the training loss (pretraining and
+SFT, left axis), the share of GSPO's rollouts that compiled (line, right axis, 0 to 1) and every
+evaluation's pass@1 and compile rate (dots, right axis), with the stage boundaries marked.
 Used by scripts/demo-post-training.sh for docs/post-training.md.
 """
 import json
 import sys
 
 W, H, X0, X1, Y0, Y1 = 720, 380, 60, 660, 30, 330
-LOSS, PASS, REWARD = "#2b5797", "#d65f5f", "#3a923a"
+LOSS, PASS, REWARD, COMPILED = "#2b5797", "#d65f5f", "#3a923a", "#8c613c"
 
 
 def read(path):
@@ -44,16 +45,18 @@ def main():
         name, _, run = arg.partition("=")
         stages.append((name, read(run + "/metrics.jsonl")))
 
-    print("| stage | steps | train loss (last) | GSPO reward (last) | val loss (last) | pass@1 | pass@10 | weighted n-gram |")
+    print("| stage | steps | train loss (last) | val loss (last) | pass@1 | pass@10 | compiled | weighted n-gram match |")
     print("|---|---|---|---|---|---|---|---|")
     for name, records in stages:
         steps = max((r["step"] for r in records if "step" in r), default=0)
-        print(f"| {name} | {steps} | {fmt(last(records, 'loss'))} | {fmt(last(records, 'reward'))} | "
-              f"{fmt(last(records, 'val_loss'))} | {fmt(last(records, 'pass@1'))} | {fmt(last(records, 'pass@10'))} | "
-              f"{fmt(last(records, 'weighted_ngram_match'))} |")
+        evals = [r for r in records if isinstance(r.get("pass@1"), (int, float))]
+        e = evals[-1] if evals else {}
+        print(f"| {name} | {steps} | {fmt(last(records, 'loss'))} | {fmt(last(records, 'val_loss'))} | "
+              f"{fmt(e.get('pass@1'))} | {fmt(e.get('pass@10'))} | {fmt(e.get('compile_rate'))} | "
+              f"{fmt(e.get('weighted_ngram_match'))} |")
 
     # One step axis: each stage starts where the previous one ended.
-    losses, passes, rewards, bounds, offset = [], [], [], [], 0
+    losses, passes, compiles, rewards, bounds, offset = [], [], [], [], [], 0
     for name, records in stages:
         steps = max((r["step"] for r in records if "step" in r), default=0)
         for r in records:
@@ -61,8 +64,10 @@ def main():
                 losses.append((offset + r["step"], r["loss"]))
             if isinstance(r.get("pass@1"), (int, float)):
                 passes.append((offset + r["step"], r["pass@1"]))
-            if isinstance(r.get("reward"), (int, float)):
-                rewards.append((offset + r["step"], r["reward"]))
+                if isinstance(r.get("compile_rate"), (int, float)):
+                    compiles.append((offset + r["step"], r["compile_rate"]))
+            elif isinstance(r.get("compile_rate"), (int, float)):  # a GSPO step's rollouts
+                rewards.append((offset + r["step"], r["compile_rate"]))
         bounds.append((offset, offset + steps, name))
         offset += steps
     x_max = max(offset, 1)
@@ -89,13 +94,15 @@ def main():
     if rewards:
         points = " ".join(f"{sx(x):.1f},{sy_frac(y):.1f}" for x, y in rewards)
         svg.append(f'<polyline fill="none" stroke="{REWARD}" stroke-width="1.5" points="{points}"/>')
+    for x, y in compiles:
+        svg.append(f'<rect x="{sx(x) - 4:.1f}" y="{sy_frac(y) - 4:.1f}" width="8" height="8" fill="{COMPILED}"/>')
     for x, y in passes:
         svg.append(f'<circle cx="{sx(x):.1f}" cy="{sy_frac(y):.1f}" r="4" fill="{PASS}"/>')
-    legend = [(LOSS, "training loss (left axis, nats)"), (REWARD, "GSPO mean reward (right axis)"),
-              (PASS, "pass@1 (right axis)")]
+    legend = [(LOSS, "training loss (nats, left)"), (REWARD, "GSPO rollouts compiled"),
+              (COMPILED, "evaluation: compiled"), (PASS, "evaluation: pass@1")]
     for i, (colour, label) in enumerate(legend):
-        y = H + 10 + 0 * i
-        x = X0 + 220 * i
+        y = H + 10
+        x = X0 + 165 * i
         svg.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{colour}"/>')
         svg.append(f'<text x="{x + 18}" y="{y + 11}">{label}</text>')
     svg.append("</svg>")

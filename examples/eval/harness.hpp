@@ -46,6 +46,9 @@ struct CandidateResult {
   std::string status;      ///< passed | compile_error | failed | timeout | signal N | compile_timeout
   std::string detail;      ///< the first line of the output that explains a failure
   double seconds = 0;      ///< compile + run wall-clock time
+
+  /// True when the program compiled (whatever its tests did).
+  bool compiled() const { return status != "compile_error" && status != "compile_timeout"; }
 };
 
 /// One evaluation: every candidate's result and the scores.
@@ -77,6 +80,9 @@ struct EvalReport {
     j["syntax_match"] = nullptr;
     j["dataflow_match"] = nullptr;
     j["codebleu"] = nullptr;
+    std::size_t built = 0;
+    for (const auto& r : results) built += r.compiled();
+    j["compile_rate"] = results.empty() ? 0.0 : static_cast<double>(built) / static_cast<double>(results.size());
     j["programs_compiled"] = programs;
     j["network_isolated"] = network_isolated;
     j["seconds"] = seconds;

@@ -8,7 +8,9 @@
 //      --gspo_temperature, top-k --top_k; a completion ends at the function's closing brace, at
 //      EOS or after --gspo_max_tokens), the way megacpp-eval samples (eval/model_samples.hpp),
 //   3. compiles and tests every completion in the evaluation harness's sandbox (eval/harness.hpp):
-//      reward 1 when the tests pass, else 0,
+//      reward 1 when the tests pass, else 0 (--gspo_reward pass), or CodeRL's graded reward
+//      (--gspo_reward coderl: -1 / -0.6 / -0.3 / 1 for a compile error, a runtime error, a failed
+//      test, a pass; eval/rewards.hpp), which gives a model that never passes a signal,
 //   4. normalises the rewards within each group (eq. 6; a group whose completions all scored the
 //      same carries no signal), records the sampling policy's log-probabilities, and takes
 //      --gspo_updates optimizer steps on GSPO's clipped sequence-level objective (eq. 5 and 10):
@@ -33,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/harness.hpp"
+#include "eval/rewards.hpp"
 #include "megacpp/train/gspo.hpp"
 #include "metrics.hpp"
 #include "options.hpp"
@@ -130,10 +133,10 @@ int train_gspo(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   gspo.sampling = SamplingOptions{g.temperature, o.top_k};
   gspo.validate();
   std::printf("GSPO on %zu problems of %s: %lld steps of %lld problems x %lld completions, %lld updates per rollout, "
-              "clip %g / %g; warmup %lld, %s schedule; precision %s\n",
+              "clip %g / %g, %s reward; warmup %lld, %s schedule; precision %s\n",
               problems.size(), o.pass_eval.problems.c_str(), static_cast<long long>(p.steps),
               static_cast<long long>(g.prompts), static_cast<long long>(g.group), static_cast<long long>(g.updates),
-              gspo.clip_low, gspo.clip_high, static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(),
+              gspo.clip_low, gspo.clip_high, g.reward.c_str(), static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(),
               Model::precision_type::name.data());
   MetricsLog metrics(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
   const auto run_start = Clock::now();
@@ -164,10 +167,15 @@ int train_gspo(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
         texts.push_back({problem.task_id, truncate_completion(text, problem, complete)});
       }
     }
-    // 3. Rewards: the harness's verdicts, 1 = the tests passed.
+    // 3. Rewards from the harness's verdicts.
     const EvalReport report = evaluate_completions(chosen, texts, harness);
     std::vector<double> rewards;
-    for (const auto& result : report.results) rewards.push_back(result.passed ? 1.0 : 0.0);
+    double passed = 0, built = 0;
+    for (const auto& result : report.results) {
+      rewards.push_back(execution_reward(result, g.reward));
+      passed += result.passed;
+      built += result.compiled();
+    }
     const std::vector<double> advantages = group_advantages(rewards, g.group);
     std::int64_t groups_with_signal = 0;
     for (std::size_t i = 0; i < advantages.size(); i += static_cast<std::size_t>(g.group))
@@ -200,6 +208,8 @@ int train_gspo(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     const double seconds = std::chrono::duration<double>(Clock::now() - ts).count();
     nlohmann::json record = {{"step", number},
                              {"reward", reward},
+                             {"pass_rate", passed / static_cast<double>(rewards.size())},
+                             {"compile_rate", built / static_cast<double>(rewards.size())},
                              {"groups_with_signal", groups_with_signal},
                              {"completion_tokens", completion_tokens},
                              {"lr_scale", lr_scale},
@@ -214,8 +224,10 @@ int train_gspo(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       record["grad_norm"] = grad_norm;
     }
     metrics.write(record);
-    std::printf("step %lld/%lld: reward %.3f, %lld of %lld groups with signal, %.1f completion tokens, %.1f s\n",
+    std::printf("step %lld/%lld: reward %.3f (passed %.3f, compiled %.3f), %lld of %lld groups with signal, %.1f "
+                "completion tokens, %.1f s\n",
                 static_cast<long long>(number), static_cast<long long>(p.steps), reward,
+                passed / static_cast<double>(rewards.size()), built / static_cast<double>(rewards.size()),
                 static_cast<long long>(groups_with_signal), static_cast<long long>(g.prompts), completion_tokens, seconds);
     std::fflush(stdout);
     if (pass_eval.due(number, p.steps)) {
@@ -234,14 +246,18 @@ int train_gspo(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
   }
-  const fs::path svg = fs::path(o.out) / "reward.svg";
-  write_metric_plot(metrics.path(), svg, std::string("megacpp-train --gspo ") + d.name + ": mean reward", "reward");
-  std::printf("GSPO: %lld steps; checkpoint %s; metrics %s, reward curve %s\n", static_cast<long long>(end - start),
-              resolve_checkpoint(o.out).string().c_str(), metrics.path().string().c_str(), svg.string().c_str());
-  if (o.pass_eval.every > 0) {
-    const fs::path pass_svg = fs::path(o.out) / "pass.svg";
-    write_metric_plot(metrics.path(), pass_svg, std::string("megacpp-train --gspo ") + d.name + ": pass@1", "pass@1");
-  }
+  // The share of rollouts that passed, and that compiled (the reward may be graded: --gspo_reward coderl).
+  const fs::path pass_svg = fs::path(o.out) / "pass_rate.svg", compile_svg = fs::path(o.out) / "compile_rate.svg";
+  write_metric_plot(metrics.path(), pass_svg, std::string("megacpp-train --gspo ") + d.name + ": rollouts that pass",
+                    "pass_rate");
+  write_metric_plot(metrics.path(), compile_svg, std::string("megacpp-train --gspo ") + d.name + ": rollouts that compile",
+                    "compile_rate");
+  std::printf("GSPO: %lld steps; checkpoint %s; metrics %s, plots %s, %s\n", static_cast<long long>(end - start),
+              resolve_checkpoint(o.out).string().c_str(), metrics.path().string().c_str(), pass_svg.string().c_str(),
+              compile_svg.string().c_str());
+  if (o.pass_eval.every > 0)
+    write_metric_plot(metrics.path(), fs::path(o.out) / "pass.svg", std::string("megacpp-train --gspo ") + d.name +
+                      ": pass@1", "pass@1");
   if (end < p.steps)
     std::printf("stopped at step %lld of %lld as asked (--stop_at_step); continue with --resume %s\n",
                 static_cast<long long>(end), static_cast<long long>(p.steps), o.out.c_str());

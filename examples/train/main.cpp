@@ -133,7 +133,10 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("gspo_updates", po::value(&o.gspo.updates)->default_value(o.gspo.updates), "optimizer steps per rollout (after the first, off-policy and clipped)")
       ("gspo_max_tokens", po::value(&o.gspo.max_tokens)->default_value(o.gspo.max_tokens), "new tokens at most per completion")
       ("gspo_temperature", po::value(&o.gspo.temperature)->default_value(o.gspo.temperature, shown_default(o.gspo.temperature)),
-       "sampling temperature of the rollouts (top-k is --top_k)");
+       "sampling temperature of the rollouts (top-k is --top_k)")
+      ("gspo_reward", po::value(&o.gspo.reward)->default_value(o.gspo.reward),
+       "pass: 1 when the tests pass, else 0 | coderl: -1 compile error, -0.6 runtime error, -0.3 failed test, 1 pass "
+       "(CodeRL, Le et al. 2022)");
   po::options_description debug("Fault injection (tests)");
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")

@@ -45,6 +45,7 @@ struct GspoFlags {
   std::int64_t updates = 2;      ///< optimizer steps per rollout (the later ones off-policy)
   index_t max_tokens = 128;      ///< new tokens at most per completion
   double temperature = 1.0;      ///< sampling temperature of the rollouts
+  std::string reward = "pass";   ///< pass (1/0) | coderl (graded: eval/rewards.hpp)
 };
 
 inline std::string default_precision() { return cpu::cpu_has_avx512_bf16() ? "bf16" : "fp32"; }
@@ -110,7 +111,8 @@ struct TrainOptions {
             {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}, {"zero1", zero1},
             {"init", init}, {"sft", sft.file}, {"sft_val", sft.val_file}, {"sft_fim_share", sft.fim_share},
             {"gspo", gspo.enabled}, {"gspo_group", gspo.group}, {"gspo_prompts", gspo.prompts},
-            {"gspo_updates", gspo.updates}, {"gspo_max_tokens", gspo.max_tokens}, {"gspo_temperature", gspo.temperature}};
+            {"gspo_updates", gspo.updates}, {"gspo_max_tokens", gspo.max_tokens}, {"gspo_temperature", gspo.temperature},
+            {"gspo_reward", gspo.reward}};
   }
 };
 
@@ -146,6 +148,8 @@ inline void check_post_training_flags(const TrainOptions& o, const std::set<std:
   check_range(t, "gspo_updates", o.gspo.updates, 1, 1 << 10);
   check_range(t, "gspo_max_tokens", o.gspo.max_tokens, 1, std::int64_t{1} << 30);
   check_real(t, "gspo_temperature", o.gspo.temperature, 0, 1e6, /*open_lo=*/true);
+  check_flag(o.gspo.reward == "pass" || o.gspo.reward == "coderl", t, "gspo_reward", "\"", o.gspo.reward,
+             "\" is not one of pass, coderl");
   if (!sft && !gspo) return;
   const char* mode = sft ? "--sft" : "--gspo";
   check_flag(!o.init.empty() || given.count("resume"), t, sft ? "sft" : "gspo",

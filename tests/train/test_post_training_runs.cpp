@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/temp_dir.hpp"
+#include "eval/rewards.hpp"
 #include "run_checkpoint.hpp"
 #include "train/process.hpp"
 #include "train/tool_runs.hpp"
@@ -17,7 +18,7 @@ using namespace megacpp;
 using namespace megacpp::examples;
 using megacpp::testing::Corpus;
 using megacpp::testing::ProcessResult;
-using megacpp::testing::TempDir;
+using RunsDir = megacpp::testing::TempDir;  // eval/ has a TempDir of its own
 using megacpp::testing::kTrain;
 using megacpp::testing::run;
 using megacpp::testing::small_run;
@@ -32,7 +33,7 @@ void write_sft_file(const fs::path& file, int examples = 25) {
 }
 
 // A pretrained tiny model: 8 steps of small_run.
-fs::path pretrain(const Corpus& corpus, const TempDir& runs) {
+fs::path pretrain(const Corpus& corpus, const RunsDir& runs) {
   const auto r = run(kTrain, small_run(corpus.dir.path, runs / "base"), runs, "base.log");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -52,7 +53,7 @@ std::string metrics_of(const fs::path& run_dir) { return megacpp::testing::file_
 
 TEST_CASE("sft: fine-tunes a pretrained checkpoint and resumes exactly", "[post_training]") {
   Corpus corpus;
-  TempDir runs;
+  RunsDir runs;
   const fs::path base = pretrain(corpus, runs);
   write_sft_file(runs / "sft.jsonl");
   const auto straight = run(kTrain, sft_run(corpus, base, runs / "sft", runs / "sft.jsonl"), runs, "sft.log");
@@ -94,7 +95,7 @@ TEST_CASE("sft: fine-tunes a pretrained checkpoint and resumes exactly", "[post_
 
 TEST_CASE("sft: the flags it refuses", "[post_training]") {
   Corpus corpus;
-  TempDir runs;
+  RunsDir runs;
   write_sft_file(runs / "sft.jsonl");
   const auto refused = [&](std::vector<std::string> extra, const std::string& message) {
     const auto r = run(kTrain, small_run(corpus.dir.path, runs / "refused", extra), runs, "refused.log");
@@ -112,6 +113,7 @@ TEST_CASE("sft: the flags it refuses", "[post_training]") {
   refused({"--sft", sft, "--gspo", "--init", "x"}, "exclude each other");
   refused({"--sft", sft, "--init", "x", "--sft_fim_share", "1.5"}, "--sft_fim_share");
   refused({"--gspo", "--init", "x", "--gspo_group", "1"}, "--gspo_group");
+  refused({"--gspo", "--init", "x", "--gspo_reward", "partial"}, "--gspo_reward");
   // A malformed example is named by file and line before any training.
   const fs::path base = pretrain(corpus, runs);
   {
@@ -129,7 +131,7 @@ TEST_CASE("sft: the flags it refuses", "[post_training]") {
 
 TEST_CASE("gspo: rewards from compiled tests drive clipped sequence-level updates", "[post_training]") {
   Corpus corpus;
-  TempDir runs;
+  RunsDir runs;
   const fs::path base = pretrain(corpus, runs);
   // Problems whose reward depends on the completion: the test program exits with __LINE__ % 2,
   // so a completion passes when it has an odd number of newlines (the skipped #if 0 block
@@ -165,4 +167,30 @@ TEST_CASE("gspo: rewards from compiled tests drive clipped sequence-level update
   INFO(resumed.output);
   CHECK(resumed.exit_code == 0);
   CHECK_THAT(resumed.output, Catch::Contains("resumed from") && Catch::Contains("step 4/4"));
+}
+
+TEST_CASE("gspo: the pass and CodeRL rewards of real candidates", "[post_training]") {
+  // One problem, four candidates: a pass, a failed assert (SIGABRT: a failed test, not a crash),
+  // a null dereference and a compile error.
+  const Problem problem{"t/0", "#include <cstdlib>\n// Returns x + 1.\nint next(int x) {\n",
+                        "#undef NDEBUG\n#include <cassert>\nint main() {\n  assert(next(1) == 2);\n}\n", "next", ""};
+  const std::vector<Completion> candidates{
+      {"t/0", "  return x + 1;\n}\n"},
+      {"t/0", "  return x;\n}\n"},
+      {"t/0", "  volatile int* p = nullptr;\n  return *p + x;\n}\n"},  // SIGSEGV: a runtime error
+      {"t/0", "  return x +;\n}\n"}};
+  HarnessOptions harness;
+  harness.jobs = 2;
+  const EvalReport report = evaluate_completions({problem}, candidates, harness);
+  REQUIRE(report.results.size() == 4);
+  const std::vector<double> pass{1, 0, 0, 0}, coderl{1, -0.3, -0.6, -1};
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO(i << ": " << report.results[i].status << " " << report.results[i].detail);
+    CHECK(execution_reward(report.results[i], "pass") == pass[i]);
+    CHECK(execution_reward(report.results[i], "coderl") == coderl[i]);
+  }
+  CHECK(report.results[3].compiled() == false);
+  CHECK(report.results[2].compiled());
+  CHECK(report.summary().at("compile_rate") == 0.75);
+  CHECK_THROWS_WITH(execution_reward(report.results[0], "partial"), Catch::Contains("unknown reward"));
 }
