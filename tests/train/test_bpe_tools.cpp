@@ -3,6 +3,7 @@
 // and decodes its samples with the same tokenizer.json; both refuse another file.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -10,6 +11,7 @@
 
 #include "data/temp_dir.hpp"
 #include "megacpp/data/bpe_pieces.hpp"
+#include "megacpp/data/shard.hpp"
 #include "train/process.hpp"
 #include "train/tool_runs.hpp"
 
@@ -72,6 +74,26 @@ TEST_CASE("tools on BPE shards: prepare, train, generate with the same tokenizer
   REQUIRE(trained.exit_code == 0);
   CHECK_THAT(trained.output, Catch::Contains("bpe tokenizer, BOS 260") && Catch::Contains("sample (temperature") &&
                                  Catch::Contains("\nint y"));
+  // SFT on the BPE shards: the examples are encoded with the same tokenizer.json (needed, and checked).
+  {
+    std::ofstream sft(dir / "sft.jsonl");
+    for (int i = 0; i < 25; ++i)
+      sft << R"({"prompt": "// )" << i << R"(\nint f() {\n", "response": "  return )" << i << R"(;\n}\n"})" << "\n";
+  }
+  const auto tuned = run(kTrain,
+                         small_run(dir / "shards", dir / "sft", {"--init", (dir / "run").string(), "--sft",
+                                                                 (dir / "sft.jsonl").string(), "--steps", "3",
+                                                                 "--tokenizer", (dir / "tok.json").string()}),
+                         dir, "sft.log");
+  INFO(tuned.output);
+  CHECK(tuned.exit_code == 0);
+  CHECK_THAT(tuned.output, Catch::Contains("SFT: 24 training examples"));
+  const auto untokenized = run(kTrain,
+                               small_run(dir / "shards", dir / "sft2", {"--init", (dir / "run").string(), "--sft",
+                                                                        (dir / "sft.jsonl").string(), "--steps", "3"}),
+                               dir, "sft2.log");
+  CHECK(untokenized.exit_code == 2);
+  CHECK_THAT(untokenized.output, Catch::Contains("needs its tokenizer.json (--tokenizer) to encode the examples"));
   const auto other_sample = run(kTrain,
                                 small_run(dir / "shards", dir / "run2",
                                           {"--steps", "3", "--tokenizer", (dir / "other.json").string()}),
@@ -101,4 +123,32 @@ TEST_CASE("tools on BPE shards: prepare, train, generate with the same tokenizer
       run(kGenerate, with({"--tokenizer", (dir / "tok.json").string(), "--special_tokens", kOtherNames}), dir, "names.log");
   CHECK(names.exit_code == 1);
   CHECK_THAT(names.output, Catch::Contains("(BOS 261, EOS 260) other than the shards' (BOS 260, EOS 260)"));
+}
+
+TEST_CASE("megacpp-prepare on BPE shards: structured FIM through the tokenizer's byte offsets", "[tools][bpe][fim]") {
+  TempDir dir;
+  fs::create_directories(dir / "src");
+  for (int f = 0; f < 40; ++f) {  // each file: a documented function, then more code
+    std::ofstream src(dir / "src" / ("f" + std::to_string(f) + ".cpp"));
+    src << "// Returns the value " << f << ".\nint value_" << f << "() {\n  int v = " << f << ";\n  return v;\n}\n";
+    for (int l = 0; l < 50; ++l) src << "int other_" << l << " = " << l << ";\n";
+  }
+  std::ofstream(dir / "tok.json") << tiny_tokenizer_json();
+  const auto prepared = run(kPrepare, {"--input", (dir / "src").string(), "--output", (dir / "shards").string(),
+                                       "--tokenizer", (dir / "tok.json").string(), "--val_fraction", "0.1",
+                                       "--fim_rate", "1", "--fim_structured", "1"},
+                            dir, "prepare.log");
+  INFO(prepared.output);
+  REQUIRE(prepared.exit_code == 0);
+  // Every training file is FIM'd the structured way, half doc->code and half code->doc (roughly).
+  CHECK_THAT(prepared.output, Catch::Contains(" 0 plain, 0 random") && Catch::Contains("had a documented function"));
+  const megacpp::data::TokenShard shard(dir / "shards" / "train_000000.bin");
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(shard.size()));
+  shard.read(0, tokens, 264);
+  const auto count = [&](std::int32_t id) { return std::count(tokens.begin(), tokens.end(), id); };
+  // <fim_prefix>, <fim_suffix> and <fim_middle> once per document: every training file was split
+  const auto documents = count(261);
+  CHECK(documents >= 30);
+  CHECK(count(262) == documents);
+  CHECK(count(263) == documents);
 }
