@@ -22,6 +22,14 @@ std::vector<T> rank_values(int rank, int n) {  // rank r: r * 10 + i
   return v;
 }
 
+// What one rank of the collectives test ends with.
+struct Collected {
+  std::vector<float> f, scattered, gathered;
+  std::vector<double> d;
+  std::vector<std::int64_t> m;
+  std::vector<std::int32_t> broadcast;
+};
+
 }  // namespace
 
 static_assert(dist::Comm<dist::SingleProcess, float, Cpu>);
@@ -44,40 +52,47 @@ TEST_CASE("SingleProcess: reductions keep the data, gathers and scatters copy", 
 
 TEST_CASE("InProcessComm: every collective over 2 and 3 ranks", "[dist][comm]") {
   for (int world : {2, 3}) {
-    on_ranks(world, [world](dist::InProcessComm& comm) {
+    const auto ranks = on_ranks(world, [world](dist::InProcessComm& comm) {
       const int rank = comm.rank(), n = 4;
+      Collected c;
       // all_reduce sum / avg / max on float, double and int64
-      auto f = rank_values<float>(rank, n);
-      comm.all_reduce<float, Cpu>(f.data(), n, ReduceOp::sum);
-      auto d = rank_values<double>(rank, n);
-      auto h = comm.iall_reduce<double, Cpu>(d.data(), n, ReduceOp::avg);
+      c.f = rank_values<float>(rank, n);
+      comm.all_reduce<float, Cpu>(c.f.data(), n, ReduceOp::sum);
+      c.d = rank_values<double>(rank, n);
+      auto h = comm.iall_reduce<double, Cpu>(c.d.data(), n, ReduceOp::avg);
       h.wait();
-      auto m = rank_values<std::int64_t>(rank, n);
-      comm.all_reduce<std::int64_t, Cpu>(m.data(), n, ReduceOp::max);
-      const double ranks_sum = world * (world - 1) / 2.0;
-      for (int i = 0; i < n; ++i) {
-        CHECK(f[static_cast<std::size_t>(i)] == static_cast<float>(10 * ranks_sum + world * i));
-        CHECK(d[static_cast<std::size_t>(i)] == Approx((10 * ranks_sum + world * i) / world));
-        CHECK(m[static_cast<std::size_t>(i)] == (world - 1) * 10 + i);
-      }
+      c.m = rank_values<std::int64_t>(rank, n);
+      comm.all_reduce<std::int64_t, Cpu>(c.m.data(), n, ReduceOp::max);
       // reduce_scatter: block r of rank q is q*10 + r*n + i; rank r gets sum_q (q*10) + world*(r*n + i)
       auto send = rank_values<float>(rank, n * world);
-      std::vector<float> recv(static_cast<std::size_t>(n));
-      comm.ireduce_scatter<float, Cpu>(send.data(), recv.data(), n, ReduceOp::sum).wait();
-      for (int i = 0; i < n; ++i)
-        CHECK(recv[static_cast<std::size_t>(i)] == static_cast<float>(10 * ranks_sum + world * (rank * n + i)));
+      c.scattered.resize(static_cast<std::size_t>(n));
+      comm.ireduce_scatter<float, Cpu>(send.data(), c.scattered.data(), n, ReduceOp::sum).wait();
       // all_gather
       auto mine = rank_values<float>(rank, n);
-      std::vector<float> all(static_cast<std::size_t>(n * world));
-      comm.iall_gather<float, Cpu>(mine.data(), n, all.data()).wait();
-      for (int r = 0; r < world; ++r)
-        for (int i = 0; i < n; ++i) CHECK(all[static_cast<std::size_t>(r * n + i)] == static_cast<float>(r * 10 + i));
+      c.gathered.resize(static_cast<std::size_t>(n * world));
+      comm.iall_gather<float, Cpu>(mine.data(), n, c.gathered.data()).wait();
       // broadcast from the last rank
-      auto b = rank_values<std::int32_t>(rank, n);
-      comm.ibroadcast<std::int32_t, Cpu>(b.data(), n, world - 1).wait();
-      CHECK(b == rank_values<std::int32_t>(world - 1, n));
+      c.broadcast = rank_values<std::int32_t>(rank, n);
+      comm.ibroadcast<std::int32_t, Cpu>(c.broadcast.data(), n, world - 1).wait();
       comm.barrier();
+      return c;
     });
+    const int n = 4;
+    const double ranks_sum = world * (world - 1) / 2.0;
+    for (int rank = 0; rank < world; ++rank) {
+      INFO("world " << world << ", rank " << rank);
+      const Collected& c = ranks[static_cast<std::size_t>(rank)];
+      for (int i = 0; i < n; ++i) {
+        const auto at = static_cast<std::size_t>(i);
+        CHECK(c.f[at] == static_cast<float>(10 * ranks_sum + world * i));
+        CHECK(c.d[at] == Approx((10 * ranks_sum + world * i) / world));
+        CHECK(c.m[at] == (world - 1) * 10 + i);
+        CHECK(c.scattered[at] == static_cast<float>(10 * ranks_sum + world * (rank * n + i)));
+      }
+      for (int r = 0; r < world; ++r)
+        for (int i = 0; i < n; ++i) CHECK(c.gathered[static_cast<std::size_t>(r * n + i)] == static_cast<float>(r * 10 + i));
+      CHECK(c.broadcast == rank_values<std::int32_t>(world - 1, n));
+    }
   }
 }
 

@@ -28,17 +28,18 @@ TEST_CASE("ZeRO-1 Hybrid == unsharded after 5 steps, bitwise, over 2 and 3 in-pr
   const zero1_test::Result one = zero1_test::train(single, 5, false);
   CHECK(one.state_bytes == one.unsharded_bytes);
   for (int world : {2, 3}) {
-    std::vector<std::size_t> bytes(static_cast<std::size_t>(world));
-    on_ranks(world, [&](dist::InProcessComm& comm) {
-      const zero1_test::Result sharded = zero1_test::train(comm, 5, true);
-      INFO("world " << world << ", rank " << comm.rank());
+    const auto ranks = on_ranks(world, [](dist::InProcessComm& comm) { return zero1_test::train(comm, 5, true); });
+    std::vector<std::size_t> bytes;
+    for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
+      const zero1_test::Result& sharded = ranks[rank];
+      INFO("world " << world << ", rank " << rank);
       CHECK(sharded.params == one.params);
       CHECK(sharded.unsharded_bytes == one.unsharded_bytes);
       CHECK(sharded.state_bytes < one.unsharded_bytes);
-      bytes[static_cast<std::size_t>(comm.rank())] = sharded.state_bytes;
+      bytes.push_back(sharded.state_bytes);
       // unshard: every rank then holds the unsharded optimiser's state, bit for bit
       CHECK(sharded.full_state == one.full_state);
-    });
+    }
     std::size_t total = 0;
     for (std::size_t b : bytes) total += b;
     CHECK(total == one.unsharded_bytes);  // every byte of state is held exactly once
@@ -48,11 +49,12 @@ TEST_CASE("ZeRO-1 Hybrid == unsharded after 5 steps, bitwise, over 2 and 3 in-pr
 TEST_CASE("ZeRO-1 DataParallel + sharded AdamW == world 1 x accumulation 2, bitwise", "[dist][zero1][data_parallel]") {
   dist::SingleProcess single;
   const dp_test::Result one = dp_test::train(single, 5, 2, 8, 1 << 20);
-  on_ranks(2, [&](dist::InProcessComm& comm) {
-    const dp_test::Result two = dp_test::train(comm, 5, 1, 8, 1 << 20, /*zero1=*/true);
+  const auto ranks =
+      on_ranks(2, [](dist::InProcessComm& comm) { return dp_test::train(comm, 5, 1, 8, 1 << 20, /*zero1=*/true); });
+  for (const dp_test::Result& two : ranks) {
     CHECK(two.losses == one.losses);
     CHECK(two.params == one.params);
-  });
+  }
 }
 
 TEST_CASE("ZeRO-1: a sharded optimiser refuses a step without the communicator it was sharded for", "[dist][zero1]") {
