@@ -26,7 +26,7 @@ auto on_ranks(int world, F body) {
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
   std::vector<Stored> results(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r)
-    threads.emplace_back([&group, &errors, &results, &body, r] {
+    threads.emplace_back([&, r] {
       try {
         dist::InProcessComm comm = group.comm(r);
         if constexpr (has_result) results[static_cast<std::size_t>(r)] = body(comm);
