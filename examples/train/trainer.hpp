@@ -281,9 +281,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     const double mtp_weight = Model::has_mtp ? p.mtp(state.tokens_seen) : 0.0;
     if constexpr (Model::has_mtp) model.mtp.set_weight(mtp_weight);
     const auto ts = Clock::now();
-    // The step's loss is the mean over every learned target of the global batch: micro-batch i
-    // weighs count_i / total (FIM sentinel targets are masked, so counts differ; a micro-batch of
-    // nothing but sentinels would learn nothing at all).
+    // The step's loss is the mean over every learned target of the global batch (all ranks):
+    // micro-batch i weighs count_i / global total (FIM sentinel targets are masked, so counts
+    // differ; a micro-batch of nothing but sentinels would learn nothing at all).
     std::vector<data::PackedBatch<float, Cpu>> batches;
     std::vector<double> counts;
     double total = 0;
@@ -303,7 +303,15 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     ExpertLoad expert_load;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
-      const double weight = total > 0 ? counts[static_cast<std::size_t>(micro)] / total : 0.0;
+      // The micro-batch's share of the global batch's learned targets, times the world size:
+      // DataParallel averages the ranks' gradients (divides by the world size), so the gradient
+      // is the mean over every learned target of the global batch even when the ranks' counts
+      // differ (FIM sentinels, document ends), and world 2 x b equals world 1 x accumulation 2 x
+      // b bitwise (scaling by 2 is exact). `share` (of this rank's targets) weighs the logged
+      // auxiliary losses, which are rank 0's own.
+      const double count = counts[static_cast<std::size_t>(micro)];
+      const double weight = global_total > 0 ? count * world / global_total : 0.0;
+      const double share = total > 0 ? count / total : 0.0;
       if (data_parallel) data_parallel->set_sync(micro + 1 == p.accumulation);  // communicate on the last only
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
@@ -319,10 +327,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       int balance_here = 0;
       for (const auto& aux : terms.aux)
         if (aux.name == "mtp") {
-          mtp_sum += weight * static_cast<double>(aux.loss.item());
+          mtp_sum += share * static_cast<double>(aux.loss.item());
           mtp_computed = true;
         } else if (aux.name.ends_with(".balance")) {
-          balance_sum += weight * static_cast<double>(aux.loss.item());
+          balance_sum += share * static_cast<double>(aux.loss.item());
           ++balance_here;
         }
       balance_layers = std::max(balance_layers, balance_here);
@@ -360,12 +368,12 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     state.tokens_seen += p.total_batch_size;
     const auto now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - ts).count();
-    // Each rank's loss is its own rows' mean: the step's loss is their mean over ranks.
-    double loss = total > 0 ? loss_sum : 0.0, ranks_with_targets = total > 0 ? 1.0 : 0.0;
+    // Each rank's loss_sum is world x its part of the global batch's mean (the weights above):
+    // the step's loss is their sum over the ranks divided by the world size.
+    double loss = loss_sum;
     if (world > 1) {
-      double sums[2] = {loss, ranks_with_targets};
-      comm.template all_reduce<double, Cpu>(sums, 2, dist::ReduceOp::sum);
-      loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+      comm.template all_reduce<double, Cpu>(&loss, 1, dist::ReduceOp::sum);
+      loss /= world;
     }
     total = global_total;
     // A step with no learned target (every target inside masked FIM context) has no loss and no
