@@ -434,19 +434,22 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       std::fflush(stdout);
     }
     const bool save = (o.save_every > 0 && number % o.save_every == 0) || number == end;
-    // ZeRO-1: rank 0 writes the whole state, so every rank hands it its share first (a checkpoint
-    // is then the unsharded one: it resumes at any world size, sharded or not).
-    if (save && opt.shard_world() > 1) opt.unshard(comm);
-    if (lead && save) {
+    if (save) {
       state.step = number;
-      state.rng_state = rng.state();
-      if (loader.mixed()) state.train_mixture = loader.position();
-      else state.train_position = loader.single_position();
-      state.plasticity = plasticity.to_json();
-      if (sft_data) state.post_training = sft_data->position();
-      save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
+      if (lead) {
+        state.rng_state = rng.state();
+        if (loader.mixed()) state.train_mixture = loader.position();
+        else state.train_position = loader.single_position();
+        state.plasticity = plasticity.to_json();
+        if (sft_data) state.post_training = sft_data->position();
+      }
+      // ZeRO-1: every rank writes the optimizer state it owns as its own shard, rank 0 the rest
+      // and the manifest (run_checkpoint.hpp); the set resumes at any world size, sharded or not.
+      if (opt.shard_world() > 1)
+        save_sharded_checkpoint(o.out, model, opt, state, comm, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
+      else if (lead)
+        save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
-    if (save && o.zero1 && world > 1) opt.shard(rank, world);
   }
   if (bar) bar->finish();
   const bool learned = start > 0 || last.loss < first.loss;  // the same on every rank (averaged losses)
