@@ -303,12 +303,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     ExpertLoad expert_load;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
-      // The micro-batch's share of the global batch's learned targets, times the world size:
-      // DataParallel averages the ranks' gradients (divides by the world size), so the gradient
-      // is the mean over every learned target of the global batch even when the ranks' counts
-      // differ (FIM sentinels, document ends), and world 2 x b equals world 1 x accumulation 2 x
-      // b bitwise (scaling by 2 is exact). `share` (of this rank's targets) weighs the logged
-      // auxiliary losses, which are rank 0's own.
+      // Share of the global batch's learned targets x world (DataParallel divides by it): the
+      // mean over every target even when the ranks' counts differ (docs/systems/distributed.md).
+      // `share` (of this rank's targets) weighs the logged auxiliary losses, rank 0's own.
       const double count = counts[static_cast<std::size_t>(micro)];
       const double weight = global_total > 0 ? count * world / global_total : 0.0;
       const double share = total > 0 ? count / total : 0.0;
