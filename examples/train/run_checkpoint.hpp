@@ -2,6 +2,9 @@
 //
 // OUT/step_00000300/model.safetensors      weights under the model's parameter names
 //                  /optimizer.safetensors  optimizer state (moments, Muon buffers, step counters)
+//                  (ZeRO-1 at world > 1, instead: optimizer.rank0000R-of-0000W.safetensors, one
+//                   per rank with the state it owns, and optimizer.manifest.json listing them
+//                   with sizes and checksums: io/optimizer_shards.hpp)
 //                  /state.json             step, phase, data position, RNG, model and options
 //                  /config.json            the model's dimensions and pattern as data (model_config)
 // OUT/latest                               the name of the newest complete checkpoint
@@ -41,7 +44,9 @@
 #include "megacpp/data/loader.hpp"
 #include "megacpp/data/mixture.hpp"
 #include "megacpp/data/shard_meta.hpp"
+#include "megacpp/dist/comm.hpp"
 #include "megacpp/io/checkpoint.hpp"
+#include "megacpp/io/optimizer_shards.hpp"
 #include "megacpp/io/json_value.hpp"
 #include "megacpp/core/version.hpp"
 #include "model_config.hpp"
@@ -325,26 +330,28 @@ inline void prepare_run_directory(const fs::path& out, std::int64_t resume_step)
               aside.string().c_str());
 }
 
-/// Writes model, optimizer and state as OUT/step_N atomically, points `latest` at it and keeps
-/// the newest `keep` checkpoints. `pause_ms` sleeps between the files (kill tests only).
-template <class Model, class Opt>
-fs::path save_checkpoint(const fs::path& out, Model& model, Opt& opt, const TrainingState& state, int keep = 2,
-                         int pause_ms = 0) {
+namespace detail {
+// The hidden directory a checkpoint of `step` is written into before it is renamed to step_N.
+inline fs::path checkpoint_temp_dir(const fs::path& out, std::int64_t step, std::int64_t pid) {
+  return out / ("." + checkpoint_name(step) + ".tmp." + std::to_string(pid));
+}
+
+// Writes model, config, the optimizer (write_optimizer(tmp)) and state into `tmp` (created by
+// the caller), renames it to OUT/step_N, points `latest` at it and keeps the newest `keep`.
+template <class Model, class WriteOptimizer>
+fs::path publish_checkpoint(const fs::path& out, const fs::path& tmp, Model& model, const TrainingState& state, int keep,
+                            int pause_ms, WriteOptimizer&& write_optimizer) {
   const auto pause = [&] {
     if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   };
-  fs::create_directories(out);
   const std::string name = checkpoint_name(state.step);
   const fs::path final_dir = out / name;
-  const fs::path tmp = out / ("." + name + ".tmp." + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
   const std::string config = model_config(model, state.model).dump(2) + "\n";
   io::save_model(tmp / "model.safetensors", model, state.model_type,
                  {{"step", std::to_string(state.step)}, {"megacpp.config", model_config(model, state.model).dump()}});
   io::atomic_write(tmp / "config.json", std::span<const char>(config.data(), config.size()));
   pause();
-  io::save_optimizer(tmp / "optimizer.safetensors", opt, {{"step", std::to_string(state.step)}});
+  write_optimizer(tmp);
   pause();
   const std::string json = to_json(state).dump(2) + "\n";
   io::atomic_write(tmp / "state.json", std::span<const char>(json.data(), json.size()));
@@ -377,13 +384,80 @@ fs::path save_checkpoint(const fs::path& out, Model& model, Opt& opt, const Trai
     if (steps[i] != final_dir) fs::remove_all(steps[i], ec);
   return final_dir;
 }
+}  // namespace detail
+
+/// Writes model, optimizer and state as OUT/step_N atomically, points `latest` at it and keeps
+/// the newest `keep` checkpoints. `pause_ms` sleeps between the files (kill tests only).
+template <class Model, class Opt>
+fs::path save_checkpoint(const fs::path& out, Model& model, Opt& opt, const TrainingState& state, int keep = 2,
+                         int pause_ms = 0) {
+  fs::create_directories(out);
+  const fs::path tmp = detail::checkpoint_temp_dir(out, state.step, ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  return detail::publish_checkpoint(out, tmp, model, state, keep, pause_ms, [&](const fs::path& dir) {
+    io::save_optimizer(dir / "optimizer.safetensors", opt, {{"step", std::to_string(state.step)}});
+  });
+}
+
+/// ZeRO-1 at world > 1 (opt.shard(comm.rank(), comm.size())): every rank of `comm` calls this
+/// at the same step. Each rank writes its own optimizer shard into the checkpoint's temp
+/// directory (io/optimizer_shards.hpp); rank 0 writes the model, config.json, state.json (its
+/// `state`; the other ranks' matters only for state.step) and, once every rank's shard is
+/// complete (the ranks exchange sizes and checksums, which is also their barrier), the manifest;
+/// then it publishes the directory as save_checkpoint() does. Every rank returns after the
+/// checkpoint is published. OUT must be a directory every rank sees (a shared filesystem).
+template <class Model, class Opt, class Comm>
+fs::path save_sharded_checkpoint(const fs::path& out, Model& model, Opt& opt, const TrainingState& state, Comm& comm,
+                                 int keep = 2, int pause_ms = 0) {
+  using B = typename Opt::backend_type;
+  const int rank = comm.rank(), world = comm.size();
+  check(opt.shard_world() == world, "save_sharded_checkpoint", "the optimizer is sharded over ", opt.shard_world(),
+        " ranks, the communicator has ", world);
+  std::int64_t pid = 0;  // rank 0's: it names the temp directory every rank writes into
+  if (rank == 0) {
+    pid = ::getpid();
+    fs::create_directories(out);
+    fs::remove_all(detail::checkpoint_temp_dir(out, state.step, pid));
+    fs::create_directories(detail::checkpoint_temp_dir(out, state.step, pid));
+  }
+  comm.template broadcast<std::int64_t, B>(&pid, 1, 0);  // after rank 0 created the directory
+  const fs::path tmp = detail::checkpoint_temp_dir(out, state.step, pid);
+  const auto write_shards = [&](const fs::path& dir) {
+    const io::OptimizerShardFile mine =
+        io::save_optimizer_shard(dir, rank, world, opt, {{"step", std::to_string(state.step)}});
+    // Sizes and checksums to rank 0. The sum returns only once every rank's shard is renamed
+    // into place and fsynced: the manifest is never written before the set is complete.
+    std::vector<std::int64_t> digests(2 * static_cast<std::size_t>(world), 0);
+    digests[2 * static_cast<std::size_t>(rank)] = static_cast<std::int64_t>(mine.bytes);
+    digests[2 * static_cast<std::size_t>(rank) + 1] = static_cast<std::int64_t>(mine.fnv1a64);
+    comm.template all_reduce<std::int64_t, B>(digests.data(), 2 * world, dist::ReduceOp::sum);
+    std::vector<io::OptimizerShardFile> shards;
+    for (int r = 0; r < world; ++r)
+      shards.push_back({r, io::optimizer_shard_name(r, world), static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r)]),
+                        static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r) + 1])});
+    return shards;
+  };
+  fs::path final_dir = out / checkpoint_name(state.step);
+  if (rank == 0)
+    final_dir = detail::publish_checkpoint(out, tmp, model, state, keep, pause_ms, [&](const fs::path& dir) {
+      io::write_optimizer_manifest(dir, world, write_shards(dir));
+    });
+  else
+    write_shards(tmp);
+  comm.barrier();  // nobody goes on (or ends the job) before rank 0 published the checkpoint
+  return final_dir;
+}
 
 /// Loads the weights and optimizer state of checkpoint `dir` (from resolve_checkpoint) into
-/// `model` and `opt`; throws naming the file for another model type or a damaged file.
+/// `model` and the unsharded `opt` (shard it afterwards): optimizer.safetensors, or the ZeRO-1
+/// shards its manifest lists (verified first, written at any world size); throws naming the
+/// file for another model type or a damaged or missing file.
 template <class Model, class Opt>
 void load_checkpoint(const fs::path& dir, Model& model, Opt& opt, const std::string& model_type) {
   io::load_model(dir / "model.safetensors", model, model_type);
-  io::load_optimizer(dir / "optimizer.safetensors", opt);
+  if (fs::exists(dir / io::kOptimizerManifest)) io::load_optimizer_shards(dir, opt);  // written by ZeRO-1 ranks
+  else io::load_optimizer(dir / "optimizer.safetensors", opt);
 }
 
 }  // namespace megacpp::examples

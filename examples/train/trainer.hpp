@@ -281,9 +281,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     const double mtp_weight = Model::has_mtp ? p.mtp(state.tokens_seen) : 0.0;
     if constexpr (Model::has_mtp) model.mtp.set_weight(mtp_weight);
     const auto ts = Clock::now();
-    // The step's loss is the mean over every learned target of the global batch: micro-batch i
-    // weighs count_i / total (FIM sentinel targets are masked, so counts differ; a micro-batch of
-    // nothing but sentinels would learn nothing at all).
+    // The step's loss is the mean over every learned target of the global batch (all ranks):
+    // micro-batch i weighs count_i / global total (FIM sentinel targets are masked, so counts
+    // differ; a micro-batch of nothing but sentinels would learn nothing at all).
     std::vector<data::PackedBatch<float, Cpu>> batches;
     std::vector<double> counts;
     double total = 0;
@@ -303,7 +303,12 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     ExpertLoad expert_load;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
-      const double weight = total > 0 ? counts[static_cast<std::size_t>(micro)] / total : 0.0;
+      // Share of the global batch's learned targets x world (DataParallel divides by it): the
+      // mean over every target even when the ranks' counts differ (docs/systems/distributed.md).
+      // `share` (of this rank's targets) weighs the logged auxiliary losses, rank 0's own.
+      const double count = counts[static_cast<std::size_t>(micro)];
+      const double weight = global_total > 0 ? count * world / global_total : 0.0;
+      const double share = total > 0 ? count / total : 0.0;
       if (data_parallel) data_parallel->set_sync(micro + 1 == p.accumulation);  // communicate on the last only
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
@@ -319,10 +324,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       int balance_here = 0;
       for (const auto& aux : terms.aux)
         if (aux.name == "mtp") {
-          mtp_sum += weight * static_cast<double>(aux.loss.item());
+          mtp_sum += share * static_cast<double>(aux.loss.item());
           mtp_computed = true;
         } else if (aux.name.ends_with(".balance")) {
-          balance_sum += weight * static_cast<double>(aux.loss.item());
+          balance_sum += share * static_cast<double>(aux.loss.item());
           ++balance_here;
         }
       balance_layers = std::max(balance_layers, balance_here);
@@ -360,12 +365,12 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     state.tokens_seen += p.total_batch_size;
     const auto now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - ts).count();
-    // Each rank's loss is its own rows' mean: the step's loss is their mean over ranks.
-    double loss = total > 0 ? loss_sum : 0.0, ranks_with_targets = total > 0 ? 1.0 : 0.0;
+    // Each rank's loss_sum is world x its part of the global batch's mean (the weights above):
+    // the step's loss is their sum over the ranks divided by the world size.
+    double loss = loss_sum;
     if (world > 1) {
-      double sums[2] = {loss, ranks_with_targets};
-      comm.template all_reduce<double, Cpu>(sums, 2, dist::ReduceOp::sum);
-      loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+      comm.template all_reduce<double, Cpu>(&loss, 1, dist::ReduceOp::sum);
+      loss /= world;
     }
     total = global_total;
     // A step with no learned target (every target inside masked FIM context) has no loss and no
@@ -426,19 +431,22 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       std::fflush(stdout);
     }
     const bool save = (o.save_every > 0 && number % o.save_every == 0) || number == end;
-    // ZeRO-1: rank 0 writes the whole state, so every rank hands it its share first (a checkpoint
-    // is then the unsharded one: it resumes at any world size, sharded or not).
-    if (save && opt.shard_world() > 1) opt.unshard(comm);
-    if (lead && save) {
+    if (save) {
       state.step = number;
-      state.rng_state = rng.state();
-      if (loader.mixed()) state.train_mixture = loader.position();
-      else state.train_position = loader.single_position();
-      state.plasticity = plasticity.to_json();
-      if (sft_data) state.post_training = sft_data->position();
-      save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
+      if (lead) {
+        state.rng_state = rng.state();
+        if (loader.mixed()) state.train_mixture = loader.position();
+        else state.train_position = loader.single_position();
+        state.plasticity = plasticity.to_json();
+        if (sft_data) state.post_training = sft_data->position();
+      }
+      // ZeRO-1: every rank writes the optimizer state it owns as its own shard, rank 0 the rest
+      // and the manifest (run_checkpoint.hpp); the set resumes at any world size, sharded or not.
+      if (opt.shard_world() > 1)
+        save_sharded_checkpoint(o.out, model, opt, state, comm, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
+      else if (lead)
+        save_checkpoint(o.out, model, opt, state, o.keep_checkpoints, o.debug_checkpoint_pause_ms);
     }
-    if (save && o.zero1 && world > 1) opt.shard(rank, world);
   }
   if (bar) bar->finish();
   const bool learned = start > 0 || last.loss < first.loss;  // the same on every rank (averaged losses)

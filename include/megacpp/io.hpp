@@ -5,5 +5,6 @@
 #include "megacpp/io/checkpoint.hpp"
 #include "megacpp/io/json_value.hpp"
 #include "megacpp/io/mapped_file.hpp"
+#include "megacpp/io/optimizer_shards.hpp"
 #include "megacpp/io/safetensors.hpp"
 #include "megacpp/io/utf8.hpp"

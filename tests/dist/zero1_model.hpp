@@ -21,49 +21,73 @@ struct Result {
   std::vector<float> full_state;   // every state tensor after unshard(), flattened in name order
 };
 
-// `steps` Hybrid steps over `comm` (sharded when `zero1`), the gradients of step s drawn from
-// Rng(700 + s) on every rank (as if all-reduced). Five matrices of different shapes (Muon: chunks
-// with padding) and six AdamW parameters of different sizes (size-balanced owners).
-// After the steps, unshard() and the whole state are recorded.
-template <class C>
-Result train(C& comm, int steps, bool zero1) {
-  Rng rng(11);
+// Five matrices of different shapes (Muon: chunks with padding) and six AdamW parameters of
+// different sizes (size-balanced owners), drawn from Rng(11), with their names and Roles.
+struct Params {
   std::vector<Param<float, Cpu>> store;
   std::vector<std::pair<std::string, Role>> names;
-  const std::vector<std::pair<index_t, index_t>> matrices{{32, 16}, {16, 48}, {24, 24}, {8, 40}, {40, 8}};
-  for (std::size_t i = 0; i < matrices.size(); ++i) {
-    store.push_back(Param<float, Cpu>::normal({matrices[i].first, matrices[i].second}, Role::matrix, rng, 0.5));
-    names.emplace_back("m" + std::to_string(i), Role::matrix);
+
+  Params() {
+    Rng rng(11);
+    const std::vector<std::pair<index_t, index_t>> matrices{{32, 16}, {16, 48}, {24, 24}, {8, 40}, {40, 8}};
+    for (std::size_t i = 0; i < matrices.size(); ++i) {
+      store.push_back(Param<float, Cpu>::normal({matrices[i].first, matrices[i].second}, Role::matrix, rng, 0.5));
+      names.emplace_back("m" + std::to_string(i), Role::matrix);
+    }
+    store.push_back(Param<float, Cpu>::normal({50, 16}, Role::embedding, rng, 0.5));
+    names.emplace_back("embed", Role::embedding);
+    store.push_back(Param<float, Cpu>::normal({16, 50}, Role::head, rng, 0.5));
+    names.emplace_back("head", Role::head);
+    for (index_t n : {16, 48, 24, 7}) {
+      store.push_back(Param<float, Cpu>::normal({n}, Role::norm_gain, rng, 0.5));
+      names.emplace_back("gain" + std::to_string(n), Role::norm_gain);
+    }
   }
-  store.push_back(Param<float, Cpu>::normal({50, 16}, Role::embedding, rng, 0.5));
-  names.emplace_back("embed", Role::embedding);
-  store.push_back(Param<float, Cpu>::normal({16, 50}, Role::head, rng, 0.5));
-  names.emplace_back("head", Role::head);
-  for (index_t n : {16, 48, 24, 7}) {
-    store.push_back(Param<float, Cpu>::normal({n}, Role::norm_gain, rng, 0.5));
-    names.emplace_back("gain" + std::to_string(n), Role::norm_gain);
+
+  // The (unsharded) Hybrid optimiser of these parameters.
+  optim::Hybrid<float, Cpu> optimizer() {
+    std::vector<optim::ParamRef<float, Cpu>> refs;
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      optim::ParamRef<float, Cpu> r = optim::make_param_ref(names[i].first, store[i]);
+      r.role = names[i].second;
+      refs.push_back(r);
+    }
+    optim::HybridOptions options;
+    options.muon.weight_decay = 0.01;
+    options.adamw.weight_decay = 0.1;
+    options.adamw.lr = 1e-2;
+    return optim::Hybrid<float, Cpu>(refs, options);
   }
-  std::vector<optim::ParamRef<float, Cpu>> refs;
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    optim::ParamRef<float, Cpu> r = optim::make_param_ref(names[i].first, store[i]);
-    r.role = names[i].second;
-    refs.push_back(r);
-  }
-  optim::HybridOptions options;
-  options.muon.weight_decay = 0.01;
-  options.adamw.weight_decay = 0.1;
-  options.adamw.lr = 1e-2;
-  optim::Hybrid<float, Cpu> opt(refs, options);
-  if (zero1) opt.shard(comm.rank(), comm.size());
-  for (int s = 0; s < steps; ++s) {
+
+  // Step s of every run: gradients from Rng(700 + s) on every rank (as if all-reduced), lr scale
+  // 1 - 0.1 s.
+  template <class C>
+  void step(optim::Hybrid<float, Cpu>& opt, C& comm, int s) {
     Rng grads(700 + static_cast<std::uint64_t>(s));
     for (auto& p : store) p.var.grad_buffer().assign(randn<float, Cpu>(p.shape(), grads, 1.0));
     opt.set_lr_scale(1.0 - 0.1 * s);
     opt.step(comm);
   }
+
+  // Every parameter, flattened.
+  std::vector<float> flat() const {
+    std::vector<float> out;
+    for (const auto& p : store)
+      for (float v : p.value().to_host()) out.push_back(v);
+    return out;
+  }
+};
+
+// `steps` Hybrid steps over `comm` (sharded when `zero1`) of the Params above.
+// After the steps, unshard() and the whole state are recorded.
+template <class C>
+Result train(C& comm, int steps, bool zero1) {
+  Params params;
+  optim::Hybrid<float, Cpu> opt = params.optimizer();
+  if (zero1) opt.shard(comm.rank(), comm.size());
+  for (int s = 0; s < steps; ++s) params.step(opt, comm, s);
   Result r;
-  for (const auto& p : store)
-    for (float v : p.value().to_host()) r.params.push_back(v);
+  r.params = params.flat();
   r.state_bytes = opt.state_bytes();
   r.unsharded_bytes = opt.unsharded_state_bytes();
   opt.unshard(comm);

@@ -7,9 +7,10 @@
 #    the run finishes.
 # 4. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
 #    message, within the timeout rather than hanging.
-# 3. The same run with --zero1 (optimizer state sharded over the ranks) prints the state per rank
-#    and writes bitwise the checkpoint of 1. (weights and optimizer state: rank 0 gathers the
-#    shards before writing); that checkpoint resumes at world size 1 and at 2 with --zero1.
+# 5. The same run with --zero1 (optimizer state sharded over the ranks) prints the state per rank
+#    and writes bitwise the weights of 1., its optimizer state as one shard per rank and a
+#    manifest. A --zero1 run stopped at step 2 resumes at np 2 to bitwise the final weights of
+#    the uninterrupted --zero1 run, and at np 1 to bitwise its next step's loss.
 # Exits 77 (skipped) without mpirun.
 set -uo pipefail
 exe="$1" run_mpi="$2" out="$3"
@@ -46,23 +47,62 @@ echo "$log"
 [[ $status != 124 ]] || fail "the job hung after a rank failed (timeout)"
 grep -q "rank 1 fails on purpose" <<<"$log" || fail "the failing rank's message is missing"
 grep -q "aborting the MPI job" <<<"$log" || fail "the abort is not reported"
-log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --eval_every 2 --val_tokens 2048 --out "$out/zero1" --sample_tokens 0 --zero1 2>&1)"
+zero1_run() {  # zero1_run NP OUT [flags...]: the tiny model to step 4 under --zero1 at NP ranks
+  local np="$1" dir="$2"
+  shift 2
+  if [[ "$np" == 1 ]]; then
+    timeout 240 "$exe" --steps 4 --eval_every 2 --val_tokens 2048 --out "$dir" --sample_tokens 0 --zero1 "$@" 2>&1
+  else
+    timeout 240 bash "$run_mpi" "$np" "$exe" --steps 4 --eval_every 2 --val_tokens 2048 --out "$dir" --sample_tokens 0 --zero1 "$@" 2>&1
+  fi
+}
+has_shards() {  # has_shards DIR: a sharded optimizer set of 2 ranks and no whole-state file
+  [[ -f "$1/optimizer.manifest.json" ]] || fail "$1 has no optimizer.manifest.json"
+  for r in 0 1; do
+    [[ -f "$1/optimizer.rank0000$r-of-00002.safetensors" ]] || fail "$1 lacks rank $r's optimizer shard"
+  done
+  [[ ! -e "$1/optimizer.safetensors" ]] || fail "$1 holds the whole optimizer state as well as the shards"
+}
+log="$(zero1_run 2 "$out/zero1")"
 status=$?
 echo "$log"
 [[ $status == 0 ]] || fail "the --zero1 run exited with $status"
 [[ "$(grep -c '^optimizer state per rank: .*ZeRO-1: sharded over the ranks' <<<"$log")" == 1 ]] ||
   fail "expected one 'optimizer state per rank ... ZeRO-1' line"
-for f in model.safetensors optimizer.safetensors; do
-  cmp "$out/ok/step_00000004/$f" "$out/zero1/step_00000004/$f" || fail "--zero1 wrote a different $f than the unsharded run"
-done
-log="$(timeout 240 "$exe" --steps 6 --eval_every 2 --val_tokens 2048 --resume "$out/zero1" --out "$out/zero1_w1" --sample_tokens 0 --zero1 2>&1)"
+final="$out/zero1/step_00000004"
+cmp "$out/ok/step_00000004/model.safetensors" "$final/model.safetensors" || fail "--zero1 wrote different weights than the unsharded run"
+has_shards "$final"
+echo "optimizer bytes written at np 2 --zero1: rank 0 $(stat -c %s "$final/optimizer.rank00000-of-00002.safetensors")," \
+  "rank 1 $(stat -c %s "$final/optimizer.rank00001-of-00002.safetensors"); unsharded file $(stat -c %s "$out/ok/step_00000004/optimizer.safetensors")"
+# Stopped at step 2 (a sharded checkpoint), then resumed to step 4 at np 2: the final weights
+# are bitwise those of the uninterrupted --zero1 run. Resumed at np 1 (accumulating the two
+# ranks' micro-batches, which read the same tokens in the same order), the first resumed step's
+# loss is bitwise the uninterrupted run's (the weights, data position and targets were restored
+# exactly), but the weights after it are not bitwise: the embedding's scatter-add backward (and
+# Mamba-3's bias sums) add micro-batch 2's per-token contributions one by one onto micro-batch
+# 1's gradient in the same buffer, where two ranks each sum their own from zero and the
+# all-reduce adds the two sums; the global norm clip then spreads that rounding to every
+# parameter (docs/systems/distributed.md "Checkpoints across world sizes").
+step_loss() { grep "\"step\":$2," "$1/metrics.jsonl" | grep -o '"loss":[^,]*'; }
+log="$(zero1_run 2 "$out/zero1_stop" --stop_at_step 2)"
 status=$?
 echo "$log"
-[[ $status == 0 ]] || fail "resuming the --zero1 checkpoint at world size 1 exited with $status"
-grep -q 'nothing to shard' <<<"$log" || fail "--zero1 at world size 1 does not say it is a no-op"
-log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 6 --eval_every 2 --val_tokens 2048 --resume "$out/zero1" --out "$out/zero1_w2" --sample_tokens 0 --zero1 2>&1)"
+[[ $status == 0 ]] || fail "the --zero1 run stopped at step 2 exited with $status"
+has_shards "$out/zero1_stop/step_00000002"
+log="$(zero1_run 2 "$out/zero1_w2" --resume "$out/zero1_stop")"
 status=$?
 echo "$log"
-[[ $status == 0 ]] || fail "resuming the --zero1 checkpoint at world size 2 exited with $status"
+[[ $status == 0 ]] || fail "resuming the sharded checkpoint at world size 2 exited with $status"
 [[ "$(grep -c '^trained' <<<"$log")" == 1 ]] || fail "the resumed world-2 run did not finish"
+cmp "$final/model.safetensors" "$out/zero1_w2/step_00000004/model.safetensors" ||
+  fail "resumed at np 2, the weights differ from the uninterrupted --zero1 run"
+has_shards "$out/zero1_w2/step_00000004"
+log="$(zero1_run 1 "$out/zero1_w1" --resume "$out/zero1_stop")"
+status=$?
+echo "$log"
+[[ $status == 0 ]] || fail "resuming the sharded checkpoint at world size 1 exited with $status"
+grep -q 'nothing to shard' <<<"$log" || fail "--zero1 at world size 1 does not say it is a no-op"
+[[ -n "$(step_loss "$out/zero1" 3)" && "$(step_loss "$out/zero1_w1" 3)" == "$(step_loss "$out/zero1" 3)" ]] ||
+  fail "resumed at np 1, step 3's loss $(step_loss "$out/zero1_w1" 3) is not the uninterrupted run's $(step_loss "$out/zero1" 3)"
+[[ -f "$out/zero1_w1/step_00000004/optimizer.safetensors" ]] || fail "the world-1 run did not write optimizer.safetensors"
 echo "mpi_train: passed"

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "data/temp_dir.hpp"
+#include "dist/on_ranks.hpp"
 #include "metrics.hpp"
 #include "models.hpp"
 #include "run_checkpoint.hpp"
@@ -180,6 +181,45 @@ TEST_CASE("run checkpoints: latest names the newest complete one and old ones ar
   std::ofstream(dir / "latest") << "step_00000099";
   CHECK_THROWS_WITH(resolve_checkpoint(dir.path), Catch::Contains("step_00000099"));
   CHECK_THROWS_WITH(resolve_checkpoint(dir / "nowhere"), Catch::Contains("no checkpoint"));
+}
+
+TEST_CASE("run checkpoints: ZeRO-1 ranks write their own optimizer shards, rank 0 the rest and the manifest", "[checkpoint][zero1]") {
+  TempDir dir;
+  TrainingState s;
+  s.model = "tiny";
+  s.model_type = Tiny::type_id();
+  s.step = 10;
+  s.options = nlohmann::json::object();
+  Tiny reference(5);
+  optim::Hybrid<float, Cpu> reference_opt(reference);
+  train_step(reference, reference_opt, 7);
+  megacpp::testing::on_ranks(2, [&](dist::InProcessComm& comm) {
+    Tiny model(5);
+    optim::Hybrid<float, Cpu> opt(model);
+    train_step(model, opt, 7);  // the same step on every rank, then each keeps its share
+    opt.shard(comm.rank(), comm.size());
+    CHECK(save_sharded_checkpoint(dir.path, model, opt, s, comm) == dir / "step_00000010");
+    CHECK(fs::exists(dir / "latest"));  // every rank returns after rank 0 published it
+  });
+  const fs::path step = dir / "step_00000010";
+  CHECK(resolve_checkpoint(dir.path) == step);
+  CHECK(fs::exists(step / io::kOptimizerManifest));
+  CHECK(fs::exists(step / "optimizer.rank00000-of-00002.safetensors"));
+  CHECK(fs::exists(step / "optimizer.rank00001-of-00002.safetensors"));
+  CHECK_FALSE(fs::exists(step / "optimizer.safetensors"));
+  for (const auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().filename().string().rfind(".step_", 0) != 0);
+  // Resumed in one process, unsharded: the weights and the whole state of the reference.
+  Tiny restored(99);
+  optim::Hybrid<float, Cpu> restored_opt(restored);
+  load_checkpoint(step, restored, restored_opt, Tiny::type_id());
+  CHECK(all_weights(restored) == all_weights(reference));
+  const auto got = optim::save_state(restored_opt), want = optim::save_state(reference_opt);
+  CHECK(got.counters == want.counters);
+  REQUIRE(got.tensors.size() == want.tensors.size());
+  for (const auto& [name, t] : want.tensors) {
+    INFO(name);
+    CHECK(got.tensors.at(name).to_host() == t.to_host());
+  }
 }
 
 TEST_CASE("curriculum: accumulation keeps the global batch and rope_theta reaches every attention layer", "[curriculum]") {

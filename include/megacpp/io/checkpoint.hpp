@@ -90,6 +90,26 @@ void load_model(const std::filesystem::path& path, Model& model, const std::stri
   for (auto& [state, value] : staged_state) *state = std::move(value);
 }
 
+namespace detail {
+/// The step counter `name` of an optimizer file's metadata (`counter.NAME`, a decimal
+/// integer); throws naming `file` when it is absent or not an integer.
+inline std::int64_t parse_counter(const std::map<std::string, std::string>& metadata, const std::string& name,
+                                  const std::string& file) {
+  const auto it = metadata.find("counter." + name);
+  check(it != metadata.end(), "load_optimizer", file, ": no counter \"", name, "\"");
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  check(used == it->second.size() && !it->second.empty(), "load_optimizer", file, ": counter \"", name,
+        "\" is not an integer: \"", it->second, "\"");
+  return static_cast<std::int64_t>(v);
+}
+}  // namespace detail
+
 /// Writes the state of optimizer `opt` (for_each_state) to `path` (atomically).
 template <class Opt>
 void save_optimizer(const std::filesystem::path& path, Opt& opt, const std::map<std::string, std::string>& metadata = {}) {
@@ -117,18 +137,7 @@ void load_optimizer(const std::filesystem::path& path, Opt& opt) {
   std::size_t counter_count = 0;
   opt.for_each_state([&](const std::string& name, auto& item) {
     if constexpr (std::is_same_v<std::decay_t<decltype(item)>, std::int64_t>) {
-      const auto it = reader.metadata().find("counter." + name);
-      check(it != reader.metadata().end(), "load_optimizer", file, ": no counter \"", name, "\"");
-      std::size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(it->second, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      check(used == it->second.size() && !it->second.empty(), "load_optimizer", file, ": counter \"", name,
-            "\" is not an integer: \"", it->second, "\"");
-      counters.emplace_back(&item, static_cast<std::int64_t>(v));
+      counters.emplace_back(&item, detail::parse_counter(reader.metadata(), name, file));
       ++counter_count;
     } else {
       const Shape shape = item.shape();
