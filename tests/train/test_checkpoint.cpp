@@ -193,14 +193,19 @@ TEST_CASE("run checkpoints: ZeRO-1 ranks write their own optimizer shards, rank 
   Tiny reference(5);
   optim::Hybrid<float, Cpu> reference_opt(reference);
   train_step(reference, reference_opt, 7);
-  megacpp::testing::on_ranks(2, [&](dist::InProcessComm& comm) {
+  // Each rank reports what it saw; the checks run here (Catch2's assertions are not thread-safe).
+  const auto ranks = megacpp::testing::on_ranks(2, [&](dist::InProcessComm& comm) {
     Tiny model(5);
     optim::Hybrid<float, Cpu> opt(model);
     train_step(model, opt, 7);  // the same step on every rank, then each keeps its share
     opt.shard(comm.rank(), comm.size());
-    CHECK(save_sharded_checkpoint(dir.path, model, opt, s, comm) == dir / "step_00000010");
-    CHECK(fs::exists(dir / "latest"));  // every rank returns after rank 0 published it
+    const fs::path saved = save_sharded_checkpoint(dir.path, model, opt, s, comm);
+    return std::make_pair(saved, fs::exists(dir / "latest"));  // every rank returns after rank 0 published it
   });
+  for (const auto& [saved, published] : ranks) {
+    CHECK(saved == dir / "step_00000010");
+    CHECK(published);
+  }
   const fs::path step = dir / "step_00000010";
   CHECK(resolve_checkpoint(dir.path) == step);
   CHECK(fs::exists(step / io::kOptimizerManifest));
