@@ -121,6 +121,22 @@ inline Series smoothed(const Series& s, double alpha) {
   }
   return out;
 }
+// The plot's page, title, grid with tick labels every `ystep` from f.y0 to f.y1 and every `xstep`
+// from f.x0 to f.x1, both axes and the "step" label: what the loss and metric plots share.
+inline void svg_frame(std::ostream& os, const PlotFrame& f, const std::string& title, double xstep, double ystep) {
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" font-family=\"monospace\" font-size=\"11\">\n"
+     << "<rect width=\"640\" height=\"380\" fill=\"white\"/>\n"
+     << "<text x=\"60\" y=\"20\" font-size=\"13\">" << title << "</text>\n";
+  for (double y = f.y0; y <= f.y1 + ystep * 1e-6; y += ystep)
+    os << "<line x1=\"60\" y1=\"" << f.py(y) << "\" x2=\"620\" y2=\"" << f.py(y) << "\" stroke=\"#ddd\"/>\n"
+       << "<text x=\"55\" y=\"" << f.py(y) + 4 << "\" text-anchor=\"end\">" << tick_label(y, ystep) << "</text>\n";
+  for (double x = f.x0; x <= f.x1 + xstep * 1e-6; x += xstep)
+    os << "<text x=\"" << f.px(x) << "\" y=\"346\" text-anchor=\"middle\">" << tick_label(x, xstep) << "</text>\n";
+  os << "<line x1=\"60\" y1=\"330\" x2=\"620\" y2=\"330\" stroke=\"black\"/>\n"
+     << "<line x1=\"60\" y1=\"30\" x2=\"60\" y2=\"330\" stroke=\"black\"/>\n"
+     << "<text x=\"340\" y=\"370\" text-anchor=\"middle\">step</text>\n";
+}
+
 }  // namespace detail
 
 /// Draws train and validation loss from the JSONL log at `metrics` into `svg` (atomically):
@@ -168,18 +184,8 @@ inline std::size_t write_loss_plot(const std::filesystem::path& metrics, const s
   x1 = std::ceil(x1 / xstep) * xstep;
   const detail::PlotFrame f{x0, x1, y0, y1};
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" font-family=\"monospace\" font-size=\"11\">\n"
-     << "<rect width=\"640\" height=\"380\" fill=\"white\"/>\n"
-     << "<text x=\"60\" y=\"20\" font-size=\"13\">" << title << "</text>\n";
-  for (double y = y0; y <= y1 + ystep * 1e-6; y += ystep)
-    os << "<line x1=\"60\" y1=\"" << f.py(y) << "\" x2=\"620\" y2=\"" << f.py(y) << "\" stroke=\"#ddd\"/>\n"
-       << "<text x=\"55\" y=\"" << f.py(y) + 4 << "\" text-anchor=\"end\">" << detail::tick_label(y, ystep) << "</text>\n";
-  for (double x = x0; x <= x1 + xstep * 1e-6; x += xstep)
-    os << "<text x=\"" << f.px(x) << "\" y=\"346\" text-anchor=\"middle\">" << detail::tick_label(x, xstep) << "</text>\n";
-  os << "<line x1=\"60\" y1=\"330\" x2=\"620\" y2=\"330\" stroke=\"black\"/>\n"
-     << "<line x1=\"60\" y1=\"30\" x2=\"60\" y2=\"330\" stroke=\"black\"/>\n"
-     << "<text x=\"340\" y=\"370\" text-anchor=\"middle\">step</text>\n"
-     << detail::svg_polyline(train, f, "stroke=\"#a6bddb\" stroke-width=\"1\"");
+  detail::svg_frame(os, f, title, xstep, ystep);
+  os << detail::svg_polyline(train, f, "stroke=\"#a6bddb\" stroke-width=\"1\"");
   if (smoothing > 0 && train.x.size() > 1)
     os << detail::svg_polyline(detail::smoothed(train, smoothing), f, "stroke=\"#2b5797\" stroke-width=\"2\"");
   os << detail::svg_polyline(val, f, "stroke=\"#d65f5f\" stroke-width=\"1.5\"");
@@ -221,18 +227,8 @@ inline std::size_t write_metric_plot(const std::filesystem::path& metrics, const
   x1 = std::ceil(x1 / xstep) * xstep;
   const detail::PlotFrame f{x0, x1, 0.0, y1};
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" font-family=\"monospace\" font-size=\"11\">\n"
-     << "<rect width=\"640\" height=\"380\" fill=\"white\"/>\n"
-     << "<text x=\"60\" y=\"20\" font-size=\"13\">" << title << "</text>\n";
-  for (double y = 0; y <= y1 + ystep * 1e-6; y += ystep)
-    os << "<line x1=\"60\" y1=\"" << f.py(y) << "\" x2=\"620\" y2=\"" << f.py(y) << "\" stroke=\"#ddd\"/>\n"
-       << "<text x=\"55\" y=\"" << f.py(y) + 4 << "\" text-anchor=\"end\">" << detail::tick_label(y, ystep) << "</text>\n";
-  for (double x = x0; x <= x1 + xstep * 1e-6; x += xstep)
-    os << "<text x=\"" << f.px(x) << "\" y=\"346\" text-anchor=\"middle\">" << detail::tick_label(x, xstep) << "</text>\n";
-  os << "<line x1=\"60\" y1=\"330\" x2=\"620\" y2=\"330\" stroke=\"black\"/>\n"
-     << "<line x1=\"60\" y1=\"30\" x2=\"60\" y2=\"330\" stroke=\"black\"/>\n"
-     << "<text x=\"340\" y=\"370\" text-anchor=\"middle\">step</text>\n"
-     << detail::svg_polyline(series, f, "stroke=\"#2b8a3e\" stroke-width=\"1.5\"");
+  detail::svg_frame(os, f, title, xstep, ystep);
+  os << detail::svg_polyline(series, f, "stroke=\"#2b8a3e\" stroke-width=\"1.5\"");
   for (std::size_t i = 0; i < series.x.size(); ++i)
     os << "<circle cx=\"" << f.px(series.x[i]) << "\" cy=\"" << f.py(series.y[i]) << "\" r=\"3.5\" fill=\"#2b8a3e\"/>\n";
   os << "<text x=\"470\" y=\"45\" fill=\"#2b8a3e\">" << key << "</text>\n</svg>\n";
