@@ -149,6 +149,9 @@ TEST_CASE("gemm_bf16: alpha, beta, wide C split by columns, and products split a
       check_product(make_args(301, 257, 300, ta, tb, 3), 0.5f, -2.0f, true);
       check_product(make_args(301, 257, 300, ta, tb, 2), 1.5f, 0.5f, false);
       check_product(make_args(150, 2100, 70, ta, tb, 0), -0.75f, 2.0f, false);
+      // more rows per thread than a transposed A's packed block (kMcTransposed: 480), with a
+      // partial block and a partial 6-row panel after it
+      check_product(make_args(2 * cpu::bf16_gemm::Tiling::kMcTransposed + 140, 70, 301, ta, tb, 2), 1.0f, 0.0f, true);
     }
 }
 
