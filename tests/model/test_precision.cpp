@@ -77,6 +77,41 @@ TEST_CASE("Bf16Mixed: matmul's forward and both gradients are fp32 sums of bf16-
   CHECK(worst > 1e-4);
 }
 
+TEST_CASE("Var::value_as_bf16: an op result is converted once and shared, a leaf follows its value", "[precision]") {
+  Rng rng(5);
+  const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({4, 6}, rng));
+  const auto h = mul(w, w);  // an op result: its value never changes
+  const Tensor<bf16, Cpu> first = h.value_as_bf16(), second = h.value_as_bf16();
+  CHECK(first.data() == second.data());  // one copy, kept with the value
+  const auto H = h.value().to_host();
+  const auto H16 = first.to_host();
+  for (std::size_t i = 0; i < H.size(); ++i) REQUIRE(H16[i].bits == bf16(H[i]).bits);
+
+  // a leaf is converted on every call: an in-place update (as an optimizer step writes it) shows
+  const Tensor<bf16, Cpu> before = w.value_as_bf16();
+  Tensor<float, Cpu> storage = w.value();  // shares the value's storage, as an optimizer's handle does
+  storage.data()[0] = 3.0f;
+  CHECK(static_cast<float>(w.value_as_bf16().to_host()[0]) == 3.0f);
+  CHECK(static_cast<float>(before.to_host()[0]) != 3.0f);
+
+  // three products of one normalised input (attention's q, k, v) give what three separate
+  // conversions gave, and their gradients flow as before
+  const auto a = Var<float, Cpu>::parameter(randn<float, Cpu>({8, 6}, rng));
+  const auto x = mul(a, a);
+  Var<float, Cpu> shared_sum, separate_sum;
+  {
+    const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+    shared_sum = add(add(matmul(x, w, false, true), matmul(x, w, false, true)), matmul(x, w, false, true));
+    const auto x_copy = Var<float, Cpu>(x.value().clone());  // a leaf: converted by each product
+    separate_sum = add(add(matmul(x_copy, w, false, true), matmul(x_copy, w, false, true)), matmul(x_copy, w, false, true));
+  }
+  const auto S = shared_sum.value().to_host(), P = separate_sum.value().to_host();
+  REQUIRE(S.size() == P.size());
+  for (std::size_t i = 0; i < S.size(); ++i) REQUIRE(S[i] == P[i]);
+  backward(sum(shared_sum));
+  CHECK(a.grad().defined());
+}
+
 TEST_CASE("Bf16Mixed: the model's type sets the products' precision, and the loss stays near fp32's", "[precision]") {
   using Model32 = TinyLM<float, Cpu>;
   using Model16 = Model32::with_precision<Bf16Mixed>;

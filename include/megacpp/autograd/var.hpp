@@ -53,6 +53,8 @@ struct VarState final : VarStateBase {
 
   Tensor<T, B> value;
   Tensor<T, B> grad;  // undefined until a gradient flows here
+  // value rounded to bf16, made by the first bf16 product that reads it (Var::value_as_bf16)
+  Tensor<bf16, B> value_bf16;
 };
 
 // The one way code outside Var reaches a Var's state: make_result (autograd/function.hpp) attaches
@@ -102,7 +104,21 @@ class Var {
   /// The value.
   const Tensor<T, B>& value() const { return state_->value; }
   /// The value's storage, for in-place updates outside the graph (optimizer steps under NoGrad).
-  Tensor<T, B>& mutable_value() { return state_->value; }
+  Tensor<T, B>& mutable_value() {
+    state_->value_bf16 = Tensor<bf16, B>();
+    return state_->value;
+  }
+  /// The value rounded to bf16 (nearest even), the operand of mixed-precision products
+  /// (autograd/precision.hpp). An op result's value never changes, so its copy is made once and
+  /// kept with the value: the products that share an operand (an attention layer's q, k and v
+  /// projections of one normalised input) convert it once and hold one copy for their backward.
+  /// A leaf's value changes in place (optimizer steps write through value().data()), so a leaf
+  /// is converted on every call.
+  Tensor<bf16, B> value_as_bf16() const {
+    if (is_leaf()) return state_->value.template to<bf16>();
+    if (!state_->value_bf16.defined()) state_->value_bf16 = state_->value.template to<bf16>();
+    return state_->value_bf16;
+  }
   /// The value's shape.
   const Shape& shape() const { return state_->value.shape(); }
   /// The value's number of dims.

@@ -72,8 +72,8 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
   const bool use_bf16 = std::is_same_v<T, float> && matmul_precision() == MatmulPrecision::bf16;
   Tensor<bf16, B> h16, w16, dz16;
   if (use_bf16) {
-    h16 = h.value().template to<bf16>();
-    w16 = weight.value().template to<bf16>();
+    h16 = h.value_as_bf16();
+    w16 = weight.value_as_bf16();
     if (want_grad) dz16 = Tensor<bf16, B>(Shape{chunk, vocab});
   }
   const auto at16 = [](const bf16* p, index_t offset) { return p ? p + offset : p; };  // null stays null

@@ -104,7 +104,7 @@ inline MatmulGeometry matmul_geometry(const Shape& a, const Shape& b, bool ta, b
 template <Backend B>
 Var<float, B> matmul_bf16(const Var<float, B>& a, const Var<float, B>& b, const MatmulGeometry& g, bool trans_a,
                           bool trans_b) {
-  const Tensor<bf16, B> a16 = a.value().template to<bf16>(), b16 = b.value().template to<bf16>();
+  const Tensor<bf16, B> a16 = a.value_as_bf16(), b16 = b.value_as_bf16();
   Tensor<float, B> c(g.out);
   batched_gemm_bf16<B>(trans_a, trans_b, g.batch, g.m, g.n, g.k, a16.data(), g.stride_a, b16.data(), g.stride_b, 0.0f,
                        c.data(), g.stride_c);
