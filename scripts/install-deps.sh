@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev                     # checkpoint metadata, tokenizer.json
   libpcre2-dev pkg-config                # the BPE tokenizer's pre_tokenizer regexes (PCRE2)
   libbenchmark-dev                       # benches
+  libdnnl-dev                            # bench/onednn only: oneDNN's matmul, the GEMM comparison
   doxygen                                # API docs
   python3-venv                           # packaging CI: the conan client is pip-installed into a venv
   python3-torch                          # the torch_loader test (scripts/megacpp_torch.py; PyTorch 1.13, ~85 MB download)
