@@ -15,6 +15,7 @@
 // that ran, or the FMA peak on the fp32 fallback.
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "bench_common.hpp"
 #include "megacpp/nn/model.hpp"
@@ -118,6 +119,16 @@ struct StepBench {
   }
 };
 
+// Two models' steps timed round-robin, so the ratio of their times sees one machine state.
+template <class First, class Second>
+std::pair<StepFigures, StepFigures> time_pair(const bench::BenchArgs& args, const char* first_name, const char* second_name) {
+  StepBench<First> first;
+  StepBench<Second> second;
+  const auto t = bench::time_interleaved({{first_name, [&] { first.step(); }}, {second_name, [&] { second.step(); }}},
+                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  return {first.figures(t[0].median_s, first_name), second.figures(t[1].median_s, second_name)};
+}
+
 template <class Model>
 StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
   StepBench<Model> b;
@@ -135,42 +146,13 @@ int main(int argc, char** argv) {
                            args);
   const double gemm = gemm_gflops(args);
   std::printf("Cpu::gemm 2048^3: %.1f GFLOP/s (the MFU denominator)\n\n", gemm);
-  // dense and dense + MTP round-robin, so the overhead ratio sees the same machine state
-  StepBench<DenseModel> dense_bench;
-  StepBench<MtpModel> mtp_bench;
-  const auto t = bench::time_interleaved({{"dense", [&] { dense_bench.step(); }}, {"mtp", [&] { mtp_bench.step(); }}},
-                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
-  const StepFigures dense = dense_bench.figures(t[0].median_s, "dense");
-  const StepFigures mtp = mtp_bench.figures(t[1].median_s, "mtp");
-  StepFigures deep, deep_mtp;
-  {
-    StepBench<DeepDenseModel> deep_bench;
-    StepBench<DeepMtpModel> deep_mtp_bench;
-    const auto tm = bench::time_interleaved({{"dense-12", [&] { deep_bench.step(); }}, {"mtp-12", [&] { deep_mtp_bench.step(); }}},
-                                            args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
-    deep = deep_bench.figures(tm[0].median_s, "dense-12");
-    deep_mtp = deep_mtp_bench.figures(tm[1].median_s, "mtp-12");
-  }
+  // dense and dense + MTP (at 4 and 12 layers), and each model in fp32 and bf16 mixed precision,
+  // timed in pairs
+  const auto [dense, mtp] = time_pair<DenseModel, MtpModel>(args, "dense", "mtp");
+  const auto [deep, deep_mtp] = time_pair<DeepDenseModel, DeepMtpModel>(args, "dense-12", "mtp-12");
   const StepFigures moe = time_steps<MoEModel>(args, "aem-moe");
-  // fp32 and bf16 mixed precision round-robin, per model, so each ratio sees one machine state
-  StepFigures hybrid, hybrid16;
-  {
-    StepBench<HybridModel> fp32_bench;
-    StepBench<HybridBf16Model> bf16_bench;
-    const auto th = bench::time_interleaved({{"aam", [&] { fp32_bench.step(); }}, {"aam-bf16", [&] { bf16_bench.step(); }}},
-                                            args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
-    hybrid = fp32_bench.figures(th[0].median_s, "aam");
-    hybrid16 = bf16_bench.figures(th[1].median_s, "aam-bf16");
-  }
-  StepFigures dense32, dense16;
-  {
-    StepBench<DenseModel> fp32_bench;
-    StepBench<DenseBf16Model> bf16_bench;
-    const auto td = bench::time_interleaved({{"dense", [&] { fp32_bench.step(); }}, {"dense-bf16", [&] { bf16_bench.step(); }}},
-                                            args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
-    dense32 = fp32_bench.figures(td[0].median_s, "dense");
-    dense16 = bf16_bench.figures(td[1].median_s, "dense-bf16");
-  }
+  const auto [hybrid, hybrid16] = time_pair<HybridModel, HybridBf16Model>(args, "aam", "aam-bf16");
+  const auto [dense32, dense16] = time_pair<DenseModel, DenseBf16Model>(args, "dense", "dense-bf16");
   const double bf16_peak = bench::bf16_dot_peak_gflops();
   const double fma_peak = bench::fma_peak_gflops();
   const double bf16_denominator = bf16_peak > 0 ? bf16_peak : fma_peak;  // the fallback multiplies in fp32
