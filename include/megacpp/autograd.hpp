@@ -14,6 +14,7 @@
 #include "megacpp/autograd/ops/grouped_matmul.hpp"
 #include "megacpp/autograd/ops/matmul.hpp"
 #include "megacpp/autograd/ops/reduce.hpp"
+#include "megacpp/autograd/ops/relu2_linear.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/rope.hpp"
 #include "megacpp/autograd/ops/shape.hpp"

@@ -31,6 +31,10 @@ static_assert(sizeof(TinyMtpLM<float, Cuda>) > sizeof(TinyLM<float, Cuda>) && Ti
 static_assert(sizeof(Block<GQA<float, Cuda>>) > 0 && sizeof(Block<Mamba2<float, Cuda>>) > 0 &&
               sizeof(Block<M2RNN<float, Cuda>>) > 0);
 
+// The MLP's fused bf16 op (autograd/ops/relu2_linear.hpp), which MLP::forward takes under bf16
+// products, instantiates for Cuda.
+template Var<float, Cuda> megacpp::relu2_linear_bf16<Cuda>(const Var<float, Cuda>&, const Var<float, Cuda>&);
+
 int main() {
   if (!Cuda::device_available()) {
     std::printf("no CUDA device: the CUDA layer checks compiled; the run is skipped\n");

@@ -4,7 +4,10 @@
 // tiny model end within 2% of the fp32 run's loss.
 #include "support/masking_testing.hpp"
 
+#include <array>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <cstdint>
 #include <vector>
 
@@ -110,6 +113,56 @@ TEST_CASE("Var::value_as_bf16: an op result is converted once and shared, a leaf
   for (std::size_t i = 0; i < S.size(); ++i) REQUIRE(S[i] == P[i]);
   backward(sum(shared_sum));
   CHECK(a.grad().defined());
+}
+
+TEST_CASE("relu2_linear_bf16 equals relu2 then matmul bitwise, and the MLP keeps its hidden activation in bf16 only",
+          "[precision]") {
+  Rng rng(9);
+  const index_t rows = 3 * 37, hidden = 70, out = 19;
+  const auto u = Var<float, Cpu>::parameter(randn<float, Cpu>({3, 37, hidden}, rng));
+  const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({out, hidden}, rng));
+  const Var<float, Cpu> g(randn<float, Cpu>({3, 37, out}, rng));
+  const auto run = [&](bool fused) {
+    auto uu = u, ww = w;
+    uu.zero_grad();
+    ww.zero_grad();
+    Var<float, Cpu> y;
+    {
+      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+      y = fused ? relu2_linear_bf16(u, w) : matmul(relu2(u), w, false, true);
+    }
+    backward(sum(mul(y, g)));
+    return std::array<std::vector<float>, 3>{y.value().to_host(), u.grad().to_host(), w.grad().to_host()};
+  };
+  const auto separate = run(false), fused = run(true);
+  for (int i = 0; i < 3; ++i) {
+    INFO("output " << i << " (y, du, dW)");
+    REQUIRE(separate[i].size() == fused[i].size());
+    CHECK(std::memcmp(separate[i].data(), fused[i].data(), fused[i].size() * sizeof(float)) == 0);
+  }
+  CHECK(rows * out == static_cast<index_t>(fused[0].size()));
+  CHECK_THROWS_WITH(relu2_linear_bf16(u, Var<float, Cpu>(Tensor<float, Cpu>::zeros({out, hidden + 1}))),
+                    Catch::Contains("relu2_linear_bf16"));
+
+  // MLP under bf16 products: between forward and backward the fused path holds the hidden
+  // activation as bf16 (2 bytes an element) where the two ops held its fp32 value and its bf16
+  // copy (6 bytes); an observer (ReDo) needs the fp32 value and keeps the two ops
+  const index_t d = 64, tokens = 256;
+  MLP<float, Cpu> mlp(d, rng);
+  const Var<float, Cpu> x(randn<float, Cpu>({tokens, d}, rng));
+  const auto held_after_forward = [&](bool observe) {
+    mlp.hidden_observer = observe ? std::function<void(const Tensor<float, Cpu>&)>([](const Tensor<float, Cpu>&) {})
+                                  : std::function<void(const Tensor<float, Cpu>&)>();
+    const std::size_t before = Cpu::memory_stats().current_bytes;
+    const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+    const Var<float, Cpu> y = mlp.forward(x);
+    return Cpu::memory_stats().current_bytes - before;
+  };
+  const std::size_t two_ops = held_after_forward(true), one_op = held_after_forward(false);
+  const std::size_t hidden_fp32 = static_cast<std::size_t>(tokens * 4 * d) * sizeof(float);
+  INFO("bytes held after forward: two ops " << two_ops << ", fused " << one_op);
+  CHECK(two_ops - one_op >= hidden_fp32);
+  mlp.hidden_observer = {};
 }
 
 TEST_CASE("Bf16Mixed: the model's type sets the products' precision, and the loss stays near fp32's", "[precision]") {

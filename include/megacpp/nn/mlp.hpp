@@ -7,8 +7,10 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "megacpp/autograd/ops/elementwise.hpp"
+#include "megacpp/autograd/ops/relu2_linear.hpp"
 #include "megacpp/nn/linear.hpp"
 
 namespace megacpp {
@@ -48,6 +50,13 @@ struct MLP {
 
   /// x (..., d) -> proj(Act(fc(x))) (..., d)
   Var<T, B> forward(const Var<T, B>& x) const {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Act, ReLU2>) {
+      // bf16 products: relu2 and the output projection as one op that keeps the hidden
+      // activation in bf16 only (autograd/ops/relu2_linear.hpp; the same bits as the two ops).
+      // ReDo's observer reads the fp32 activation, so it keeps the two ops.
+      if (matmul_precision() == MatmulPrecision::bf16 && !hidden_observer && !proj.bias.var.defined())
+        return relu2_linear_bf16(fc.forward(x), proj.weight.var);
+    }
     Var<T, B> hidden = Act::apply(fc.forward(x));
     if (hidden_observer) hidden_observer(hidden.value());
     return proj.forward(hidden);
