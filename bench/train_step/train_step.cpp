@@ -12,8 +12,9 @@
 // The dense and "AAM" models run again with Bf16Mixed (bf16 product operands, fp32 sums and
 // everything else fp32: autograd/precision.hpp), timed round-robin with their fp32 twins; their
 // MFU is against the bf16 dot-product peak (VDPBF16PS, measured like the FMA peak) of the path
-// that ran, or the FMA peak on the fp32 fallback. Peak memory: the most bytes live through one
-// step (Cpu::memory_stats(): weights, AdamW state, activations, gradients), printed per model.
+// that ran, or the FMA peak on the fp32 fallback. Step peak memory: the most bytes one step adds
+// to what was live before it (Cpu::memory_stats(): activations, gradients and temporaries; the
+// weights and AdamW state are the same in both precisions), printed per model.
 #include <chrono>
 #include <cstdio>
 #include <utility>
@@ -61,7 +62,9 @@ double gemm_gflops(const bench::BenchArgs& args) {
 
 struct StepFigures {
   double seconds = 0, tokens_per_s = 0, model_gflop = 0, loss = 0;
-  double peak_mib = 0;  // most bytes live during one step: weights, optimizer state, activations
+  // most bytes a step adds to what was live before it (activations, gradients, temporaries;
+  // not the weights and optimizer state, nor the other model of a timed pair)
+  double step_peak_mib = 0;
 };
 
 // One model's training step on a fixed packed batch (AdamW on every parameter).
@@ -99,8 +102,9 @@ struct StepBench {
   StepFigures figures(double seconds, const char* name) {
     StepFigures f;
     Cpu::reset_peak_memory();
+    const std::size_t live_before = Cpu::memory_stats().current_bytes;
     step();  // one more step, untimed, for its peak memory
-    f.peak_mib = static_cast<double>(Cpu::memory_stats().peak_bytes) / (1 << 20);
+    f.step_peak_mib = static_cast<double>(Cpu::memory_stats().peak_bytes - live_before) / (1 << 20);
     f.seconds = seconds;
     f.loss = loss;
     f.tokens_per_s = static_cast<double>(kBatch * kSeq) / f.seconds;
@@ -118,8 +122,8 @@ struct StepBench {
     }
     const double attn_per_token = 3.0 * 2 * 2 * kBenchAttention.n_heads * kBenchAttention.head_dim_for(kBenchDims.d_model) * (kDocLen + 1) / 2.0;
     f.model_gflop = (6.0 * static_cast<double>(matrix_params) + attention_layers * attn_per_token) * kBatch * kSeq * 1e-9;
-    std::printf("%-7s step %.1f ms, %.0f tokens/s, %.1f GFLOP/step useful, %.1f GFLOP/s, loss %.4f, peak %.0f MiB\n\n",
-                name, f.seconds * 1e3, f.tokens_per_s, f.model_gflop, f.model_gflop / f.seconds, f.loss, f.peak_mib);
+    std::printf("%-7s step %.1f ms, %.0f tokens/s, %.1f GFLOP/step useful, %.1f GFLOP/s, loss %.4f, step peak +%.0f MiB\n\n",
+                name, f.seconds * 1e3, f.tokens_per_s, f.model_gflop, f.model_gflop / f.seconds, f.loss, f.step_peak_mib);
     return f;
   }
 };
@@ -189,7 +193,7 @@ int main(int argc, char** argv) {
       .add("tokens_per_s_dense_bf16", dense16.tokens_per_s, 1).add("tokens_per_s_aam_bf16", hybrid16.tokens_per_s, 1)
       .add("mfu_dense_bf16", mfu16, 3).add("dense_bf16_over_fp32", dense32.seconds / dense16.seconds, 3)
       .add("aam_bf16_over_fp32", hybrid.seconds / hybrid16.seconds, 3)
-      .add("peak_mib_dense", dense32.peak_mib, 1).add("peak_mib_dense_bf16", dense16.peak_mib, 1).add("bf16_peak_gflops", bf16_peak, 1)
+      .add("step_peak_mib_dense", dense32.step_peak_mib, 1).add("step_peak_mib_dense_bf16", dense16.step_peak_mib, 1).add("bf16_peak_gflops", bf16_peak, 1)
       .add("gemm_gflops", gemm, 1).print();
   return 0;
 }

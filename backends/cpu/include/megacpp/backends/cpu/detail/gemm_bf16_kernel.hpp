@@ -354,7 +354,8 @@ MEGACPP_TARGET_AVX512BF16 void micro_kernel(index_t pairs, const std::uint32_t* 
 }
 
 // A thread's packing buffers (words), allocated once per thread and kept for its lifetime (OpenMP
-// reuses its threads). Not counted in memory_stats(): (kMc + kNc) x kKc bf16 (4.1 MB) per thread.
+// reuses its threads). Not counted in memory_stats(): (kMcTransposed + kNc) x kKc bf16 (5.2 MB) per
+// thread.
 template <class Tile = Tiling>
 struct Workspace {
   struct Free {
