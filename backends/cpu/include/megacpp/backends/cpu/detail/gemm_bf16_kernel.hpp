@@ -124,93 +124,69 @@ inline constexpr PanelOrder6 kPanelOrder6 = [] {
 
 // Packs rows [i0, i0 + m) x depth [p0, p0 + kc) of op(A) into micro-panels of MR rows (layout
 // in the file comment); op(A)(i, p) is A[i lda + p], or A[p lda + i] when trans. Both layouts
-// are vectorised for the kernel's MR = 6 (packing was ~12% of a bf16 training step as scalar
-// word copies, measured with perf on the dense bench model); other tile heights (none ships)
-// take the scalar copy.
+// are vectorised for the kernel's 6-row tile (packing was ~12% of a bf16 training step as
+// scalar word copies, measured with perf on the dense bench model).
 template <class Tile = Tiling>
 MEGACPP_TARGET_AVX512BF16 void pack_a(const bf16* A, index_t lda, bool trans, index_t i0, index_t m, index_t p0,
                                       index_t kc, std::uint32_t* out) {
   constexpr int MR = Tile::MR;
-  const index_t pairs = (kc + 1) / 2, whole = kc / 2;
-  if constexpr (MR == 6) {
-    if (!trans) {
-      // Row r's pairs are adjacent words: load 16 pairs of each of the 6 rows (masked loads read
-      // nothing past depth kc and leave the odd tail's high half and absent rows zero), then
-      // permute them into 96 consecutive panel words (kPanelOrder6).
-      __m512i index[6];
-      for (int v = 0; v < 6; ++v) index[v] = _mm512_loadu_si512(kPanelOrder6.index[v]);
-      for (index_t r0 = 0; r0 < m; r0 += MR, out += MR * pairs) {
-        const index_t rows = std::min<index_t>(MR, m - r0);
-        for (index_t q0 = 0; q0 < pairs; q0 += 16) {
-          const index_t elems = std::min<index_t>(32, kc - 2 * q0);
-          const __mmask32 load = elems == 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << elems) - 1);
-          __m512i row[6];
-          for (int r = 0; r < 6; ++r)
-            row[r] = r < rows ? _mm512_maskz_loadu_epi16(load, A + (i0 + r0 + r) * lda + p0 + 2 * q0) : _mm512_setzero_si512();
-          const index_t words = std::min<index_t>(16, pairs - q0) * MR;  // this block's panel words
-          std::uint32_t* dst = out + q0 * MR;
-          for (int v = 0; v < 6 && 16 * v < words; ++v) {
-            __m512i o = _mm512_maskz_permutex2var_epi32(kPanelOrder6.take[v][0], row[0], index[v], row[1]);
-            o = _mm512_or_si512(o, _mm512_maskz_permutex2var_epi32(kPanelOrder6.take[v][1], row[2], index[v], row[3]));
-            o = _mm512_or_si512(o, _mm512_maskz_permutex2var_epi32(kPanelOrder6.take[v][2], row[4], index[v], row[5]));
-            const index_t left = words - 16 * v;
-            const __mmask16 store = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-            _mm512_mask_storeu_epi32(dst + 16 * v, store, o);
-          }
-        }
-      }
-    } else {
-      // op(A)(i, p) = A[p lda + i]: the words of pair q interleave rows 2q and 2q + 1 of A, which
-      // are contiguous over i. Each row pair is read in runs of 32 values and interleaved
-      // (kInterleaveLow/High) into a staging block of kStagePairs pairs x all m rows; then each
-      // micro-panel takes its 6 words per pair from there, a contiguous run of its own. Writing
-      // the panels straight from the rows put every pair's 6-word pieces 12 KB apart (MR x 512
-      // pairs x 4 bytes), one L1 set for all of them, and packing ran 4x slower.
-      constexpr index_t kStagePairs = 8, kStageRows = (Tile::kMcTransposed + 31) / 32 * 32;  // 16 KB on the stack
-      check(m <= kStageRows, "bf16 gemm pack_a", "a transposed A block of ", m, " rows exceeds ", kStageRows);
-      const __m512i low = _mm512_load_si512(kInterleaveLow), high = _mm512_load_si512(kInterleaveHigh);
-      alignas(64) std::uint32_t stage[kStagePairs][kStageRows];
-      const index_t panels = (m + MR - 1) / MR, width = (panels * MR + 31) / 32 * 32;  // zeros past row m
-      for (index_t q0 = 0; q0 < pairs; q0 += kStagePairs) {
-        const index_t staged = std::min(kStagePairs, pairs - q0);
-        for (index_t dq = 0; dq < staged; ++dq) {
-          const bf16* lo = A + (p0 + 2 * (q0 + dq)) * lda + i0;
-          const bf16* hi = 2 * (q0 + dq) + 1 < kc ? lo + lda : nullptr;
-          for (index_t c = 0; c < width; c += 32) {
-            const index_t valid = std::clamp<index_t>(m - c, 0, 32);
-            const __mmask32 mask = valid == 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << valid) - 1);
-            const __m512i x = _mm512_maskz_loadu_epi16(mask, lo + c);
-            const __m512i y = hi ? _mm512_maskz_loadu_epi16(mask, hi + c) : _mm512_setzero_si512();
-            _mm512_store_si512(&stage[dq][c], _mm512_permutex2var_epi16(x, low, y));
-            _mm512_store_si512(&stage[dq][c + 16], _mm512_permutex2var_epi16(x, high, y));
-          }
-        }
-        for (index_t panel = 0; panel < panels; ++panel) {
-          std::uint32_t* dst = out + panel * MR * pairs + q0 * MR;
-          for (index_t dq = 0; dq < staged; ++dq) std::memcpy(dst + dq * MR, &stage[dq][panel * MR], MR * sizeof(std::uint32_t));
+  static_assert(MR == 6, "megacpp_bf16_pack_a_is_written_for_the_6_row_tile: kPanelOrder6 permutes 6 rows");
+  const index_t pairs = (kc + 1) / 2;
+  if (!trans) {
+    // Row r's pairs are adjacent words: load 16 pairs of each of the 6 rows (masked loads read
+    // nothing past depth kc and leave the odd tail's high half and absent rows zero), then
+    // permute them into 96 consecutive panel words (kPanelOrder6).
+    __m512i index[6];
+    for (int v = 0; v < 6; ++v) index[v] = _mm512_loadu_si512(kPanelOrder6.index[v]);
+    for (index_t r0 = 0; r0 < m; r0 += MR, out += MR * pairs) {
+      const index_t rows = std::min<index_t>(MR, m - r0);
+      for (index_t q0 = 0; q0 < pairs; q0 += 16) {
+        const index_t elems = std::min<index_t>(32, kc - 2 * q0);
+        const __mmask32 load = elems == 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << elems) - 1);
+        __m512i row[6];
+        for (int r = 0; r < 6; ++r)
+          row[r] = r < rows ? _mm512_maskz_loadu_epi16(load, A + (i0 + r0 + r) * lda + p0 + 2 * q0) : _mm512_setzero_si512();
+        const index_t words = std::min<index_t>(16, pairs - q0) * MR;  // this block's panel words
+        std::uint32_t* dst = out + q0 * MR;
+        for (int v = 0; v < 6 && 16 * v < words; ++v) {
+          __m512i o = _mm512_maskz_permutex2var_epi32(kPanelOrder6.take[v][0], row[0], index[v], row[1]);
+          o = _mm512_or_si512(o, _mm512_maskz_permutex2var_epi32(kPanelOrder6.take[v][1], row[2], index[v], row[3]));
+          o = _mm512_or_si512(o, _mm512_maskz_permutex2var_epi32(kPanelOrder6.take[v][2], row[4], index[v], row[5]));
+          const index_t left = words - 16 * v;
+          const __mmask16 store = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+          _mm512_mask_storeu_epi32(dst + 16 * v, store, o);
         }
       }
     }
-    return;
-  }
-  for (index_t r0 = 0; r0 < m; r0 += MR, out += MR * pairs) {
-    const index_t rows = std::min<index_t>(MR, m - r0);
-    if (!trans) {  // row r's pairs are already adjacent: copy 32-bit words
-      for (index_t r = 0; r < MR; ++r) {
-        if (r >= rows) {
-          for (index_t q = 0; q < pairs; ++q) out[q * MR + r] = 0;
-          continue;
+  } else {
+    // op(A)(i, p) = A[p lda + i]: the words of pair q interleave rows 2q and 2q + 1 of A, which
+    // are contiguous over i. Each row pair is read in runs of 32 values and interleaved
+    // (kInterleaveLow/High) into a staging block of kStagePairs pairs x all m rows; then each
+    // micro-panel takes its 6 words per pair from there, a contiguous run of its own. Writing
+    // the panels straight from the rows put every pair's 6-word pieces 12 KB apart (MR x 512
+    // pairs x 4 bytes), one L1 set for all of them, and packing ran 4x slower.
+    constexpr index_t kStagePairs = 8, kStageRows = (Tile::kMcTransposed + 31) / 32 * 32;  // 16 KB on the stack
+    check(m <= kStageRows, "bf16 gemm pack_a", "a transposed A block of ", m, " rows exceeds ", kStageRows);
+    const __m512i low = _mm512_load_si512(kInterleaveLow), high = _mm512_load_si512(kInterleaveHigh);
+    alignas(64) std::uint32_t stage[kStagePairs][kStageRows];
+    const index_t panels = (m + MR - 1) / MR, width = (panels * MR + 31) / 32 * 32;  // zeros past row m
+    for (index_t q0 = 0; q0 < pairs; q0 += kStagePairs) {
+      const index_t staged = std::min(kStagePairs, pairs - q0);
+      for (index_t dq = 0; dq < staged; ++dq) {
+        const bf16* lo = A + (p0 + 2 * (q0 + dq)) * lda + i0;
+        const bf16* hi = 2 * (q0 + dq) + 1 < kc ? lo + lda : nullptr;
+        for (index_t c = 0; c < width; c += 32) {
+          const index_t valid = std::clamp<index_t>(m - c, 0, 32);
+          const __mmask32 mask = valid == 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << valid) - 1);
+          const __m512i x = _mm512_maskz_loadu_epi16(mask, lo + c);
+          const __m512i y = hi ? _mm512_maskz_loadu_epi16(mask, hi + c) : _mm512_setzero_si512();
+          _mm512_store_si512(&stage[dq][c], _mm512_permutex2var_epi16(x, low, y));
+          _mm512_store_si512(&stage[dq][c + 16], _mm512_permutex2var_epi16(x, high, y));
         }
-        const bf16* src = A + (i0 + r0 + r) * lda + p0;
-        for (index_t q = 0; q < whole; ++q) std::memcpy(&out[q * MR + r], src + 2 * q, 4);
-        if (kc % 2) out[whole * MR + r] = pair_word(bits_at(src + kc - 1), 0);
       }
-    } else {  // op(A)(i, p) = A[p lda + i]: interleave two rows of A
-      for (index_t q = 0; q < pairs; ++q) {
-        const bf16* lo = A + (p0 + 2 * q) * lda + i0 + r0;
-        const bf16* hi = 2 * q + 1 < kc ? lo + lda : nullptr;
-        for (index_t r = 0; r < MR; ++r)
-          out[q * MR + r] = r < rows ? pair_word(bits_at(lo + r), hi ? bits_at(hi + r) : 0) : 0;
+      for (index_t panel = 0; panel < panels; ++panel) {
+        std::uint32_t* dst = out + panel * MR * pairs + q0 * MR;
+        for (index_t dq = 0; dq < staged; ++dq) std::memcpy(dst + dq * MR, &stage[dq][panel * MR], MR * sizeof(std::uint32_t));
       }
     }
   }
