@@ -20,10 +20,10 @@
 // (SingleProcess, or MpiComm when megacpp-train is launched by mpirun/srun: main.cpp). Each rank
 // reads its own rows of every step (ShardLoader's rank slice), the global batch stays
 // micro_batch x accumulation x world tokens (accumulation is divided by the world size), the
-// gradients are averaged in buckets during the last micro-batch's backward (dist::DataParallel),
-// rank 0's initial parameters are broadcast, Muon's Newton-Schulz work is shared by the ranks,
-// the validation loss is averaged over every rank's slice, and rank 0 alone writes the run
-// directory (metrics, checkpoints, loss plot, sample) and draws the progress bar.
+// gradients are averaged in buckets during the last micro-batch's backward (data_parallel_run.hpp;
+// --zero1 reduce-scatters them to their owners), rank 0's initial parameters are broadcast,
+// Muon's Newton-Schulz work is shared by the ranks, the validation loss is averaged over every
+// rank's slice, and rank 0 alone writes the run directory and draws the progress bar.
 #pragma once
 
 #include <omp.h>
@@ -38,6 +38,7 @@
 #include <tuple>
 #include <utility>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,10 +46,10 @@
 #include "common/bpe_option.hpp"
 #include "common/progress_bar.hpp"
 #include "megacpp/data.hpp"
-#include "megacpp/dist/data_parallel.hpp"
 #include "megacpp/train/curriculum.hpp"
 #include "megacpp/nn/model/sampling.hpp"
 #include "megacpp/optim.hpp"
+#include "data_parallel_run.hpp"
 #include "divergence.hpp"
 #include "evaluate.hpp"
 #include "metrics.hpp"
@@ -180,15 +181,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   }
   // Data parallel: every rank starts from rank 0's weights (a resumed run reads the same files;
   // the broadcast costs one pass over the weights and guards against a rank that did not).
-  std::optional<dist::DataParallel<float, Cpu, Comm>> data_parallel;
-  if (world > 1) {
-    std::vector<Var<float, Cpu>> vars;
-    for (const auto& param : params) vars.push_back(param.var);
-    data_parallel.emplace(comm, std::move(vars));
-    data_parallel->broadcast_parameters(0);
-  }
-  // ZeRO-1: after the checkpoint's full state is loaded, each rank keeps its share only.
-  if (o.zero1) opt.shard(rank, world);
+  DataParallelRun<Comm> data_parallel(o, comm, params, opt);  // --zero1: after the full state is loaded
   enter_phase(model, p.phase, p.seq_len);
   PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
                                                  o.resume.empty() ? nlohmann::json() : saved.plasticity);
@@ -204,25 +197,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
               p.phase.rope_theta, static_cast<long long>(p.total_batch_size), static_cast<long long>(p.accumulation),
               static_cast<long long>(p.micro_batch), static_cast<long long>(p.seq_len), static_cast<long long>(p.steps),
               static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads, Model::precision_type::name.data());
-  if (world > 1)
-    std::printf("data parallel: %d ranks x %lld micro-batches x %lld rows x %lld tokens = %lld tokens per step; gradient "
-                "buckets of %zu MB, %zu buckets\n",
-                world, static_cast<long long>(p.accumulation), static_cast<long long>(p.micro_batch),
-                static_cast<long long>(p.seq_len), static_cast<long long>(p.total_batch_size),
-                dist::DataParallelOptions{}.bucket_bytes >> 20, data_parallel->buckets());
+  data_parallel.print_summary(opt, p.accumulation, p.micro_batch, p.seq_len, p.total_batch_size);
   if (sft_data) std::printf("%s\n", sft_data->describe().c_str());
   if (!mixture.empty()) std::printf("mixture %s (streams drawn per row, seed %llu)\n", mixture.c_str(),
                                     static_cast<unsigned long long>(o.seed));
-  if (o.zero1 || world > 1) {
-    auto largest = static_cast<std::int64_t>(opt.state_bytes());
-    comm.template all_reduce<std::int64_t, Cpu>(&largest, 1, dist::ReduceOp::max);
-    std::printf("optimizer state per rank: %.2f MB on rank 0, %.2f MB at most (unsharded %.2f MB; %s)\n",
-                static_cast<double>(opt.state_bytes()) / 1e6, static_cast<double>(largest) / 1e6,
-                static_cast<double>(opt.unsharded_state_bytes()) / 1e6,
-                !o.zero1 ? "replicated on every rank, --zero1 shards it"
-                         : world > 1 ? "ZeRO-1: sharded over the ranks"
-                                     : "--zero1 at world size 1: nothing to shard");
-  }
   std::optional<MetricsLog> metrics;
   if (lead) metrics.emplace(fs::path(o.out) / "metrics.jsonl", o.resume.empty() ? -1 : start);
   const auto write_log = [&](const nlohmann::json& record) {
@@ -273,6 +251,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     const std::int64_t number = step + 1;  // the step being taken, as logs and checkpoints count
     check(!(rank == o.debug_fail_rank && number == 2), kTrainTool, "rank ", rank,
           " fails on purpose before step 2 (--debug_fail_rank)");
+    if (rank == o.debug_hang_rank && number == 2) std::this_thread::sleep_for(std::chrono::hours(1));  // a hung rank
     if (number == o.debug_poison_step) model.embedding.var.mutable_value().fill(std::numeric_limits<float>::quiet_NaN());
     const double lr_scale = schedule(step);
     opt.set_lr_scale(lr_scale);
@@ -309,7 +288,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       const double count = counts[static_cast<std::size_t>(micro)];
       const double weight = global_total > 0 ? count * world / global_total : 0.0;
       const double share = total > 0 ? count / total : 0.0;
-      if (data_parallel) data_parallel->set_sync(micro + 1 == p.accumulation);  // communicate on the last only
+      data_parallel.set_sync(micro + 1 == p.accumulation);  // communicate on the last only
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
       const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
@@ -337,11 +316,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     // A global batch with no learned target at all (possible only with tiny batches of nothing
     // but FIM sentinels) has no gradient: the step consumes its data and updates nothing.
     // Averaged gradients (the buckets of the last backward are in flight): wait for them.
-    if (data_parallel) data_parallel->finish();
+    data_parallel.finish();
     if (!expert_load.empty()) expert_load.all_reduce(comm);  // the global batch's expert load
     optim::ClipResult clip;
     if (global_total > 0) {
-      clip = optim::clip_grad_norm(params, o.max_grad_norm, optim::NonFinitePolicy::skip);
+      clip = data_parallel.clip(o.max_grad_norm);  // non-finite: skip_step()
       if (clip.skip_step())
         return diverged(number, megacpp::detail::concat("gradient norm is ", clip.norm, " (non-finite gradients in ",
                                                list_names(non_finite_values(params, /*gradients=*/true)),

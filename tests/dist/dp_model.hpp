@@ -44,22 +44,33 @@ inline std::pair<Tensor<float, Cpu>, Tensor<std::int32_t, Cpu>> batch(index_t bl
 struct Result {
   std::vector<double> losses;  // per step: the mean over the global batch (averaged over ranks)
   std::vector<float> params;   // every parameter, flattened, after the last step
+  int clipped = 0;             // steps whose gradients the global-norm clip scaled
 };
 
-// Trains Net(seed) with AdamW (its moments sharded over the ranks when `zero1`: ZeRO-1); the
-// initial values of ranks other than 0 are perturbed so that the broadcast of rank 0's
-// parameters is tested too.
+// How the optimiser state and the gradients are spread over the ranks.
+enum class Zero {
+  off,             // replicated AdamW, gradients all-reduced
+  state,           // ZeRO-1 moments, gradients still all-reduced (every rank gets all of them)
+  reduce_scatter,  // ZeRO-1 moments, each gradient reduce-scattered to its owner; the clip's sharded form
+};
+
+// Trains Net(seed) with AdamW (its moments sharded over the ranks unless Zero::off) and a
+// global-norm clip at 0.3 (below the first steps' norms, so it scales); the initial values of
+// ranks other than 0 are perturbed so that the broadcast of rank 0's parameters is tested too.
 template <class C>
-Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_t bucket_bytes, bool zero1 = false) {
+Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_t bucket_bytes, Zero zero = Zero::off) {
   const int world = comm.size(), rank = comm.rank();
   Net net(7 + static_cast<std::uint64_t>(rank));
-  dist::DataParallel<float, Cpu, C> dp(comm, net.params(), dist::DataParallelOptions{bucket_bytes});
+  const std::vector<optim::ParamRef<float, Cpu>> refs{optim::ParamRef<float, Cpu>{"w1", net.w1, Role::matrix, {}},
+                                                      optim::ParamRef<float, Cpu>{"w2", net.w2, Role::matrix, {}},
+                                                      optim::ParamRef<float, Cpu>{"bias", net.bias, Role::bias, {}}};
+  optim::AdamW<float, Cpu> opt(refs, {.lr = 1e-2});
+  if (zero != Zero::off) opt.shard(rank, world);
+  std::vector<int> owners;
+  if (zero == Zero::reduce_scatter)
+    for (const auto& p : refs) owners.push_back(opt.owner(p.name));
+  dist::DataParallel<float, Cpu, C> dp(comm, net.params(), dist::DataParallelOptions{bucket_bytes, owners});
   dp.broadcast_parameters();
-  optim::AdamW<float, Cpu> opt({optim::ParamRef<float, Cpu>{"w1", net.w1, Role::matrix, {}},
-                                optim::ParamRef<float, Cpu>{"w2", net.w2, Role::matrix, {}},
-                                optim::ParamRef<float, Cpu>{"bias", net.bias, Role::bias, {}}},
-                               {.lr = 1e-2});
-  if (zero1) opt.shard(rank, world);
   Result r;
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
@@ -71,6 +82,8 @@ Result train(C& comm, int steps, index_t accumulation, index_t micro, std::size_
       backward(accumulation > 1 ? scale(l, 1.0 / static_cast<double>(accumulation)) : l);
     }
     dp.finish();
+    const optim::ClipResult clip = owners.empty() ? optim::clip_grad_norm(refs, 0.3) : optim::clip_grad_norm(refs, comm, owners, 0.3);
+    r.clipped += clip.clipped;
     comm.template all_reduce<double, Cpu>(&loss, 1, dist::ReduceOp::avg);
     r.losses.push_back(loss);
     opt.step(comm);

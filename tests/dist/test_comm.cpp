@@ -96,6 +96,47 @@ TEST_CASE("InProcessComm: every collective over 2 and 3 ranks", "[dist][comm]") 
   }
 }
 
+TEST_CASE("reduce_scatter_v: blocks of unequal size (some empty) over 1, 2 and 3 ranks", "[dist][comm]") {
+  // Block r holds counts[r] elements starting after the blocks before it; rank r receives the
+  // reduction of its block. Every rank sends rank_values(rank, total): rank q's element j is q*10 + j.
+  const auto expected = [](int world, const std::vector<index_t>& counts, int rank, ReduceOp op) {
+    index_t at = 0;
+    for (int r = 0; r < rank; ++r) at += counts[static_cast<std::size_t>(r)];
+    std::vector<float> out;
+    for (index_t i = 0; i < counts[static_cast<std::size_t>(rank)]; ++i) {
+      double sum = 0;
+      for (int q = 0; q < world; ++q) sum += q * 10 + static_cast<double>(at + i);
+      out.push_back(static_cast<float>(op == ReduceOp::avg ? sum / world : sum));
+    }
+    return out;
+  };
+  dist::SingleProcess single;
+  const std::vector<index_t> one{4};
+  std::vector<float> send1 = rank_values<float>(0, 4), recv1(4);
+  single.ireduce_scatter_v<float, Cpu>(send1.data(), recv1.data(), one, ReduceOp::avg).wait();
+  CHECK(recv1 == send1);
+  CHECK_THROWS_WITH((single.reduce_scatter_v<float, Cpu>(send1.data(), recv1.data(), std::vector<index_t>{2, 2},
+                                                          ReduceOp::sum)),
+                    Catch::Matchers::Contains("counts has 2 entries for 1 rank"));
+  for (const std::vector<index_t>& counts : {std::vector<index_t>{2, 5}, std::vector<index_t>{0, 3}, std::vector<index_t>{3, 0, 5}}) {
+    const int world = static_cast<int>(counts.size());
+    index_t total = 0;
+    for (index_t c : counts) total += c;
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      const auto got = on_ranks(world, [&](dist::InProcessComm& comm) {
+        const auto send = rank_values<float>(comm.rank(), static_cast<int>(total));
+        std::vector<float> recv(static_cast<std::size_t>(counts[static_cast<std::size_t>(comm.rank())]));
+        comm.ireduce_scatter_v<float, Cpu>(send.data(), recv.data(), counts, op).wait();
+        return recv;
+      });
+      for (int r = 0; r < world; ++r) {
+        INFO("world " << world << ", rank " << r);
+        CHECK(got[static_cast<std::size_t>(r)] == expected(world, counts, r, op));
+      }
+    }
+  }
+}
+
 TEST_CASE("InProcessComm: ranks disagreeing on a count all get an error, none hangs", "[dist][comm]") {
   CHECK_THROWS_WITH(on_ranks(2, [](dist::InProcessComm& comm) {
                       std::vector<float> v(4, 1.0f);

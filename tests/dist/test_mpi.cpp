@@ -97,6 +97,56 @@ TEST_CASE("MpiComm: reduce_scatter, all_gather, broadcast, barrier", "[mpi]") {
   comm.barrier();
 }
 
+TEST_CASE("MpiComm: reduce_scatter_v with unequal and empty blocks, blocking and not", "[mpi]") {
+  dist::MpiComm& comm = *world_comm;
+  const int world = comm.size(), rank = comm.rank();
+  for (index_t first : {index_t{0}, index_t{2}, index_t{7}}) {
+    std::vector<index_t> counts(static_cast<std::size_t>(world), 3);
+    counts[0] = first;
+    index_t total = 0, at = 0;
+    for (index_t c : counts) total += c;
+    for (int r = 0; r < rank; ++r) at += counts[static_cast<std::size_t>(r)];
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+      for (bool nb : {false, true}) {
+        const auto send = rank_values<float>(rank, static_cast<int>(total));
+        std::vector<float> recv(static_cast<std::size_t>(counts[static_cast<std::size_t>(rank)]) + 1, -1.0f);
+        if (nb) {
+          auto h = comm.ireduce_scatter_v<float, Cpu>(send.data(), recv.data(), std::vector<index_t>(counts), op);
+          h.wait();  // the count vector above is gone: the handle keeps MPI's copy
+        } else {
+          comm.reduce_scatter_v<float, Cpu>(send.data(), recv.data(), counts, op);
+        }
+        INFO("first block " << first << ", rank " << rank << ", non-blocking " << nb);
+        for (index_t i = 0; i < counts[static_cast<std::size_t>(rank)]; ++i) {
+          const double sum = 10 * world * (world - 1) / 2.0 + world * static_cast<double>(at + i);
+          CHECK(recv[static_cast<std::size_t>(i)] == Approx(op == ReduceOp::sum ? sum : sum / world));
+        }
+        CHECK(recv.back() == -1.0f);  // nothing written past this rank's block
+      }
+  }
+  float x = 0;
+  CHECK_THROWS_WITH((comm.reduce_scatter_v<float, Cpu>(&x, &x, std::vector<index_t>{1}, ReduceOp::sum)),
+                    Catch::Matchers::Contains("counts has 1 entries for 2 ranks"));
+}
+
+TEST_CASE("MpiComm: a collective another rank does not join times out with an error naming it", "[mpi]") {
+  // Its own communicator, so the abandoned collective cannot disturb world_comm's; rank 1 joins
+  // only after rank 0 gave up, and rank 0's MPI calls (the barriers) then complete it: the
+  // buffer it may still write is static.
+  static float value[1] = {1.0f};
+  dist::MpiComm side;
+  CHECK_THROWS_WITH(side.set_timeout(-1), Catch::Matchers::Contains("seconds must be finite and >= 0, got -1"));
+  if (side.rank() == 0) {
+    side.set_timeout(0.5);
+    CHECK_THROWS_WITH((side.all_reduce<float, Cpu>(value, 1, ReduceOp::sum)),
+                      Catch::Matchers::Contains("MpiComm::all_reduce") && Catch::Matchers::Contains("no completion after 0.5 s"));
+  }
+  world_comm->barrier();
+  if (side.rank() == 1) side.all_reduce<float, Cpu>(value, 1, ReduceOp::sum);  // no timeout: rank 0's progress ends it
+  world_comm->barrier();
+  CHECK(side.timeout() == (side.rank() == 0 ? 0.5 : 0.0));
+}
+
 TEST_CASE("MpiComm: bad arguments are errors, not aborts", "[mpi]") {
   dist::MpiComm& comm = *world_comm;
   float x = 1;
@@ -156,9 +206,23 @@ TEST_CASE("ZeRO-1 over MPI: sharded Hybrid == unsharded single-process Hybrid af
 TEST_CASE("ZeRO-1 over MPI: DataParallel + sharded AdamW == world 1 x accumulation 2, bitwise", "[mpi][zero1][data_parallel]") {
   dist::SingleProcess single;
   const dp_test::Result one = dp_test::train(single, 5, 2, 8, 1 << 20);
-  const dp_test::Result two = dp_test::train(*world_comm, 5, 1, 8, 1 << 20, /*zero1=*/true);
+  const dp_test::Result two = dp_test::train(*world_comm, 5, 1, 8, 1 << 20, dp_test::Zero::state);
   CHECK(two.losses == one.losses);
   CHECK(two.params == one.params);
+}
+
+TEST_CASE("ZeRO-1 over MPI: gradients reduce-scattered to their owners + sharded clip == world 1, bitwise",
+          "[mpi][zero1][data_parallel]") {
+  dist::SingleProcess single;
+  const dp_test::Result one = dp_test::train(single, 5, 2, 8, 1 << 20);
+  REQUIRE(one.clipped > 0);
+  for (std::size_t bucket_bytes : {std::size_t{64}, std::size_t{1} << 20}) {
+    const dp_test::Result two = dp_test::train(*world_comm, 5, 1, 8, bucket_bytes, dp_test::Zero::reduce_scatter);
+    INFO("rank " << world_comm->rank() << ", bucket bytes " << bucket_bytes);
+    CHECK(two.losses == one.losses);
+    CHECK(two.params == one.params);
+    CHECK(two.clipped == one.clipped);
+  }
 }
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 // NcclComm on the GPUs of this machine: one rank per GPU (threads of this process, up to 2),
-// every collective, float and int64 (and double for broadcast), blocking and not. Without a GPU it
-// prints "no CUDA device" and exits 77, which CTest reports as skipped (CI proves it compiles and
-// links; it cannot prove more there).
+// every collective (reduce_scatter_v too), float and int64 (and double for broadcast), blocking
+// and not. Without a GPU it prints "no CUDA device" and exits 77, which CTest reports as skipped
+// (CI proves it compiles and links; it cannot prove more there).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -69,6 +69,23 @@ void run_rank(const ncclUniqueId& id, int rank, int world) {
   for (int i = 0; i < n; ++i)
     expect(rs[static_cast<std::size_t>(i)] == static_cast<std::int64_t>(100 * ranks_sum) + world * (rank * n + i),
            "reduce_scatter int64", rank);
+  {  // reduce_scatter_v: rank 0's block 1 element longer than the others' (n - 1 each), avg
+    std::vector<index_t> counts(static_cast<std::size_t>(world), n - 1);
+    counts[0] = n;
+    index_t at = 0;
+    for (int r = 0; r < rank; ++r) at += counts[static_cast<std::size_t>(r)];
+    const index_t total = n + (world - 1) * (n - 1), mine_count = counts[static_cast<std::size_t>(rank)];
+    std::vector<float> f(static_cast<std::size_t>(total));
+    for (index_t i = 0; i < total; ++i) f[static_cast<std::size_t>(i)] = static_cast<float>(rank * 10 + i);
+    float* fs = to_device(f);
+    float* fr = to_device(std::vector<float>(static_cast<std::size_t>(n)));
+    comm.ireduce_scatter_v<float, Device>(fs, fr, counts, ReduceOp::avg).wait();
+    const auto got = to_host(fr, static_cast<std::size_t>(mine_count));
+    for (index_t i = 0; i < mine_count; ++i)
+      expect(got[static_cast<std::size_t>(i)] == static_cast<float>((10 * ranks_sum + world * static_cast<double>(at + i)) / world),
+             "reduce_scatter_v float avg", rank);
+    cudaFree(fs), cudaFree(fr);
+  }
   std::int64_t* all = to_device(std::vector<std::int64_t>(static_cast<std::size_t>(n * world)));
   comm.iall_gather<std::int64_t, Device>(send, n, all).wait();
   const auto ag = to_host(all, static_cast<std::size_t>(n * world));

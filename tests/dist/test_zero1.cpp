@@ -49,12 +49,94 @@ TEST_CASE("ZeRO-1 Hybrid == unsharded after 5 steps, bitwise, over 2 and 3 in-pr
 TEST_CASE("ZeRO-1 DataParallel + sharded AdamW == world 1 x accumulation 2, bitwise", "[dist][zero1][data_parallel]") {
   dist::SingleProcess single;
   const dp_test::Result one = dp_test::train(single, 5, 2, 8, 1 << 20);
+  REQUIRE(one.clipped > 0);  // the clip is exercised
   const auto ranks =
-      on_ranks(2, [](dist::InProcessComm& comm) { return dp_test::train(comm, 5, 1, 8, 1 << 20, /*zero1=*/true); });
+      on_ranks(2, [](dist::InProcessComm& comm) { return dp_test::train(comm, 5, 1, 8, 1 << 20, dp_test::Zero::state); });
   for (const dp_test::Result& two : ranks) {
     CHECK(two.losses == one.losses);
     CHECK(two.params == one.params);
   }
+}
+
+TEST_CASE("ZeRO-1 reduce-scatter of gradients to their owners + the sharded clip == world 1, bitwise",
+          "[dist][zero1][data_parallel]") {
+  // World 2 against world 1 x accumulation 2; world 3 against world 3 with all-reduced
+  // gradients (a third is not exact in binary, so scaling each micro-batch's loss by 1/3 and
+  // averaging three ranks round differently). 64-byte buckets put each parameter alone (blocks
+  // of one owner and empty ones), 1 MB buckets hold all three (an unequal block per owner).
+  for (int world : {2, 3}) {
+    dist::SingleProcess single;
+    const dp_test::Result one =
+        world == 2 ? dp_test::train(single, 5, world, 8, 1 << 20)
+                   : on_ranks(world, [](dist::InProcessComm& comm) { return dp_test::train(comm, 5, 1, 8, 1 << 20); })[0];
+    REQUIRE(one.clipped > 0);
+    for (std::size_t bucket_bytes : {std::size_t{64}, std::size_t{1} << 20}) {
+      const auto ranks = on_ranks(world, [bucket_bytes](dist::InProcessComm& comm) {
+        return dp_test::train(comm, 5, 1, 8, bucket_bytes, dp_test::Zero::reduce_scatter);
+      });
+      for (const dp_test::Result& r : ranks) {
+        INFO("world " << world << ", bucket bytes " << bucket_bytes);
+        CHECK(r.losses == one.losses);
+        CHECK(r.params == one.params);
+        CHECK(r.clipped == one.clipped);
+      }
+    }
+  }
+}
+
+TEST_CASE("ZeRO-1 reduce-scatter: only the owned gradients are averaged; half the all-reduce's volume",
+          "[dist][zero1][data_parallel]") {
+  const auto ranks = on_ranks(2, [](dist::InProcessComm& comm) {
+    dp_test::Net net(7);
+    const auto [x, y] = dp_test::batch(comm.rank(), 8);  // each rank its own rows
+    // owners: w1 -> 0, w2 and bias -> 1
+    dist::DataParallel<float, Cpu, dist::InProcessComm> all(comm, net.params());
+    backward(net.loss(x, y));
+    all.finish();
+    std::vector<std::vector<float>> averaged;
+    for (const auto& p : net.params()) averaged.push_back(p.grad().to_host());
+    for (auto& p : net.params()) p.zero_grad();
+    std::vector<std::vector<float>> local;
+    backward(net.loss(x, y));
+    for (const auto& p : net.params()) local.push_back(p.grad().to_host());
+    const double all_sent = all.ring_elements_sent();
+    {
+      dist::DataParallel<float, Cpu, dist::InProcessComm> scatter(comm, net.params(), {.owners = {0, 1, 1}});
+      CHECK(scatter.reduce_scatters());
+      CHECK(scatter.ring_elements_sent() == all_sent / 2);
+      for (auto& p : net.params()) p.zero_grad();
+      backward(net.loss(x, y));
+      scatter.finish();
+    }
+    const std::vector<int> owners{0, 1, 1};
+    std::vector<bool> ok;
+    for (std::size_t k = 0; k < 3; ++k)
+      ok.push_back(net.params()[k].grad().to_host() == (owners[k] == comm.rank() ? averaged[k] : local[k]));
+    return ok;
+  });
+  for (const auto& ok : ranks) CHECK(ok == std::vector<bool>{true, true, true});
+}
+
+TEST_CASE("ZeRO-1 reduce-scatter: owners that do not fit are refused", "[dist][zero1][data_parallel]") {
+  dp_test::Net net(7);
+  dist::SingleProcess comm;
+  using DP = dist::DataParallel<float, Cpu, dist::SingleProcess>;
+  CHECK_THROWS_WITH(DP(comm, net.params(), {.owners = {0, 0}}), Catch::Matchers::Contains("owners has 2 entries for 3"));
+  CHECK_THROWS_WITH(DP(comm, net.params(), {.owners = {0, 1, 0}}),
+                    Catch::Matchers::Contains("owner 1 of parameter 1 is out of range for world size 1"));
+  std::vector<optim::ParamRef<float, Cpu>> refs{optim::ParamRef<float, Cpu>{"w1", net.w1, Role::matrix, {}}};
+  CHECK_THROWS_WITH(optim::clip_grad_norm(refs, comm, {0, 0}), Catch::Matchers::Contains("owners has 2 entries for 1"));
+}
+
+TEST_CASE("Hybrid::owner: Muon's round-robin, AdamW's balanced owners, 0 unsharded", "[dist][zero1]") {
+  zero1_test::Params params;
+  optim::Hybrid<float, Cpu> opt = params.optimizer();
+  for (const auto& [name, role] : params.names) CHECK(opt.owner(name) == 0);
+  opt.shard(1, 3);
+  for (int m = 0; m < 5; ++m) CHECK(opt.owner("m" + std::to_string(m)) == m % 3);  // Muon's parameter i: rank i % 3
+  const std::vector<int> adamw = optim::balanced_owners({50 * 16, 16 * 50, 16, 48, 24, 7}, 3);
+  for (std::size_t i = 0; i < adamw.size(); ++i) CHECK(opt.owner(params.names[5 + i].first) == adamw[i]);
+  CHECK_THROWS_WITH(opt.owner("nope"), Catch::Matchers::Contains("no parameter named 'nope'"));
 }
 
 TEST_CASE("ZeRO-1: a sharded optimiser refuses a step without the communicator it was sharded for", "[dist][zero1]") {

@@ -12,8 +12,10 @@
 
 #include <concepts>
 #include <cstddef>
+#include <span>
 
 #include "megacpp/core/backend.hpp"
+#include "megacpp/core/error.hpp"
 
 namespace megacpp::dist {
 
@@ -43,19 +45,26 @@ concept GatherComm = requires(C& comm, const T* send, T* recv, index_t count) {
 /// - all_reduce(data, count, op): in place, every rank ends with the reduction of all ranks' data;
 /// - reduce_scatter(send, recv, count, op): send holds size() * count elements, rank r receives
 ///   the reduction of every rank's block r (count elements);
+/// - reduce_scatter_v(send, recv, counts, op): the same with blocks of different sizes: counts
+///   has size() entries, send holds their sum, block r starts at counts[0] + ... + counts[r - 1],
+///   and rank r receives counts[r] elements (ZeRO-1's gradients, where each rank owns whole
+///   parameters: MPI_Reduce_scatter's recvcounts);
 /// - all_gather(send, count, recv): recv[r * count + i] = send of rank r [i];
 /// - broadcast(data, count, root): every rank ends with root's data;
 /// - barrier(): returns once every rank has entered it;
-/// and the non-blocking iall_reduce, ireduce_scatter, iall_gather, ibroadcast, returning a
-/// Waitable handle.
+/// and the non-blocking iall_reduce, ireduce_scatter, ireduce_scatter_v, iall_gather,
+/// ibroadcast, returning a Waitable handle (counts may go out of scope once a call returns).
 template <class C, class T, class B>
-concept Comm = GatherComm<C, T, B> && requires(C& comm, const T* send, T* data, index_t count, ReduceOp op, int root) {
+concept Comm = GatherComm<C, T, B> && requires(C& comm, const T* send, T* data, index_t count, ReduceOp op, int root,
+                                               std::span<const index_t> counts) {
   comm.template all_reduce<T, B>(data, count, op);
   comm.template reduce_scatter<T, B>(send, data, count, op);
+  comm.template reduce_scatter_v<T, B>(send, data, counts, op);
   comm.template broadcast<T, B>(data, count, root);
   comm.barrier();
   { comm.template iall_reduce<T, B>(data, count, op) } -> Waitable;
   { comm.template ireduce_scatter<T, B>(send, data, count, op) } -> Waitable;
+  { comm.template ireduce_scatter_v<T, B>(send, data, counts, op) } -> Waitable;
   { comm.template iall_gather<T, B>(send, count, data) } -> Waitable;
   { comm.template ibroadcast<T, B>(data, count, root) } -> Waitable;
 };
@@ -88,6 +97,12 @@ struct SingleProcess {
   void reduce_scatter(const T* send, T* recv, index_t count, ReduceOp) {
     all_gather<T, B>(send, count, recv);
   }
+  /// recv[0, counts[0]) = send[0, counts[0]).
+  template <class T, Backend B>
+  void reduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp) {
+    check(counts.size() == 1, "SingleProcess::reduce_scatter_v", "counts has ", counts.size(), " entries for 1 rank");
+    all_gather<T, B>(send, counts[0], recv);
+  }
   /// Rank 0 already holds its own data.
   template <class T, Backend B>
   void broadcast(T*, index_t, int) {}
@@ -103,6 +118,12 @@ struct SingleProcess {
   template <class T, Backend B>
   Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
     reduce_scatter<T, B>(send, recv, count, op);
+    return {};
+  }
+  /// reduce_scatter_v, completed at once.
+  template <class T, Backend B>
+  Completed ireduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
+    reduce_scatter_v<T, B>(send, recv, counts, op);
     return {};
   }
   /// all_gather, completed at once.

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <barrier>
+#include <numeric>
+#include <span>
 #include <vector>
 
 #include "megacpp/core/backend.hpp"
@@ -35,6 +37,10 @@ class InProcessComm {
   /// `send` holds size() * count elements; this rank receives the reduction of block rank().
   template <class T, Backend B>
   void reduce_scatter(const T* send, T* recv, index_t count, ReduceOp op);
+  /// `send` holds counts[0] + ... + counts[size() - 1] elements; this rank receives the
+  /// reduction of block rank() (counts[rank()] elements, starting after the blocks before it).
+  template <class T, Backend B>
+  void reduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op);
   /// Every rank ends with rank `root`'s `data`.
   template <class T, Backend B>
   void broadcast(T* data, index_t count, int root);
@@ -50,6 +56,12 @@ class InProcessComm {
   template <class T, Backend B>
   Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
     reduce_scatter<T, B>(send, recv, count, op);
+    return {};
+  }
+  /// reduce_scatter_v, completed before it returns.
+  template <class T, Backend B>
+  Completed ireduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
+    reduce_scatter_v<T, B>(send, recv, counts, op);
     return {};
   }
   /// all_gather, completed before it returns.
@@ -152,6 +164,23 @@ void InProcessComm::reduce_scatter(const T* send, T* recv, index_t count, Reduce
   exchange(send, count, "InProcessComm::reduce_scatter", [&](const std::vector<const void*>& slots) {
     for (index_t i = 0; i < count; ++i)
       result[static_cast<std::size_t>(i)] = detail::reduce_at<T>(slots, rank_ * count + i, op);
+  });
+  std::copy(result.begin(), result.end(), recv);
+}
+
+template <class T, Backend B>
+void InProcessComm::reduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
+  static_assert(B::host_accessible, "InProcessComm reduces on the host: CPU-backend memory only");
+  check(counts.size() == static_cast<std::size_t>(size()), "InProcessComm::reduce_scatter_v", "counts has ",
+        counts.size(), " entries for ", size(), " ranks");
+  for (index_t c : counts) check(c >= 0, "InProcessComm::reduce_scatter_v", "count ", c, " is negative");
+  const index_t at = std::accumulate(counts.begin(), counts.begin() + rank_, index_t{0});
+  const index_t total = std::accumulate(counts.begin(), counts.end(), index_t{0});
+  const index_t mine = counts[static_cast<std::size_t>(rank_)];
+  std::vector<T> result(static_cast<std::size_t>(mine));
+  // The ranks agree on the total (exchange checks it); each reads its own block of every rank's send.
+  exchange(send, total, "InProcessComm::reduce_scatter_v", [&](const std::vector<const void*>& slots) {
+    for (index_t i = 0; i < mine; ++i) result[static_cast<std::size_t>(i)] = detail::reduce_at<T>(slots, at + i, op);
   });
   std::copy(result.begin(), result.end(), recv);
 }

@@ -14,6 +14,7 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -134,6 +135,12 @@ class NcclComm {
   void reduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
     blocking(ireduce_scatter<T, B>(send, recv, count, op));
   }
+  /// `send` holds the sum of `counts` elements; rank r receives the reduction of block r
+  /// (counts[r] elements, after the blocks of the ranks before it).
+  template <class T, class B>
+  void reduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
+    blocking(ireduce_scatter_v<T, B>(send, recv, counts, op));
+  }
   /// recv[r * count + i] = send of rank r [i].
   template <class T, class B>
   void all_gather(const T* send, index_t count, T* recv) { blocking(iall_gather<T, B>(send, count, recv)); }
@@ -162,6 +169,26 @@ class NcclComm {
     start();
     detail::check_nccl(ncclReduceScatter(send, recv, elements(count), detail::nccl_datatype<T>(),
                                               detail::nccl_op(op), comm_, stream_), "reduce_scatter");
+    return finish();
+  }
+  /// Non-blocking reduce_scatter_v: NCCL has no reduce-scatter of unequal blocks, so one
+  /// ncclReduce per rank (block r to root r) in one group, which NCCL runs as a single launch
+  /// (the pattern of NCCL's documented "group calls" for variable-size collectives).
+  template <class T, class B>
+  NcclRequest ireduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
+    check(counts.size() == static_cast<std::size_t>(size_), "NcclComm::reduce_scatter_v", "counts has ", counts.size(),
+          " entries for ", size_, " ranks");
+    start();
+    detail::check_nccl(ncclGroupStart(), "reduce_scatter_v");
+    std::size_t at = 0;
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t n = elements(counts[static_cast<std::size_t>(r)]);
+      if (n > 0)
+        detail::check_nccl(ncclReduce(send + at, recv, n, detail::nccl_datatype<T>(), detail::nccl_op(op), r, comm_, stream_),
+                           "reduce_scatter_v");
+      at += n;
+    }
+    detail::check_nccl(ncclGroupEnd(), "reduce_scatter_v");
     return finish();
   }
   /// Non-blocking all_gather (ncclAllGather).

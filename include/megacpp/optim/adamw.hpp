@@ -159,6 +159,12 @@ class AdamW {
   }
   /// Ranks the state is sharded over (1: unsharded).
   int shard_world() const { return world_; }
+  /// The rank that updates parameter `name` and so needs its averaged gradient (ZeRO-1's
+  /// reduce-scatter target; 0 when unsharded); throws for a name this optimiser does not own.
+  int owner(const std::string& name) const {
+    check(owns(name), "AdamW::owner", "no parameter named '", name, "' in this optimiser");
+    return slots_[slot_of_.at(name)].owner;
+  }
   /// Bytes of moment buffers this rank holds (both moments of its owned parameters).
   std::size_t state_bytes() const {
     std::size_t n = 0;

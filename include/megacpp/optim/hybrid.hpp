@@ -133,6 +133,21 @@ class Hybrid {
   }
   /// Ranks the state is sharded over (1: unsharded).
   int shard_world() const { return adamw_.shard_world(); }
+  /// The rank that updates parameter `name` when sharded (Muon's round-robin or AdamW's
+  /// balanced owner; 0 when unsharded): the rank ZeRO-1's reduce-scatter gives its averaged
+  /// gradient to (dist::DataParallelOptions::owners). Throws naming an unknown name.
+  int owner(const std::string& name) const {
+    if (muon_.owns(name)) return muon_.owner(name);
+    check(adamw_.owns(name), "Hybrid::owner", "no parameter named '", name,
+          "' (aliases are not accepted: use the first name in routing_table())");
+    return adamw_.owner(name);
+  }
+  /// owner() of each of `params`, in order: DataParallelOptions::owners for ZeRO-1.
+  std::vector<int> owners(const std::vector<ParamRef<T, B>>& params) const {
+    std::vector<int> out;
+    for (const ParamRef<T, B>& p : params) out.push_back(owner(p.name));
+    return out;
+  }
   /// Bytes of optimiser state (Muon momentum, AdamW moments) this rank holds.
   std::size_t state_bytes() const { return muon_.state_bytes() + adamw_.state_bytes(); }
   /// Bytes of optimiser state an unsharded optimiser holds.

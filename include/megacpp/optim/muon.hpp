@@ -267,6 +267,13 @@ class Muon {
   }
   /// Ranks the momentum is sharded over (1: unsharded).
   int shard_world() const { return shard_world_; }
+  /// The rank that orthogonalises matrix `name` when sharded, and so needs its averaged
+  /// gradient (ShardPlan's round-robin; 0 when unsharded); throws for a name this optimiser does
+  /// not own.
+  int owner(const std::string& name) const {
+    check(owns(name), "Muon::owner", "no parameter named '", name, "' in this optimiser");
+    return ShardPlan(static_cast<index_t>(slots_.size()), shard_world_).owner(static_cast<index_t>(slot_of_.at(name)));
+  }
   /// Bytes of momentum buffers this rank holds.
   std::size_t state_bytes() const {
     std::size_t n = 0;
