@@ -60,7 +60,11 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("precision", po::value(&o.precision)->default_value(o.precision),
        "bf16: bf16 product operands, fp32 weights and everything else (docs/systems/precision.md) | fp32; the default is bf16 on CPUs with AVX512-BF16")
       ("zero1", po::bool_switch(&o.zero1),
-       "ZeRO-1: shard the optimizer state (Muon momentum, AdamW moments) over the data-parallel ranks; a no-op at world size 1");
+       "ZeRO-1: shard the optimizer state (Muon momentum, AdamW moments) over the data-parallel ranks and reduce-scatter "
+       "each gradient to its owner; a no-op at world size 1")
+      ("collective_timeout", po::value(&o.collective_timeout)->default_value(o.collective_timeout, "1800"),
+       "seconds a rank waits in a collective (MPI) before it ends the job with an error naming it: a dead or hung rank "
+       "must not hang the others; 0 waits for ever");
   po::options_description batch("Batch and curriculum (docs/recipe.md: the global batch stays constant across phases)");
   batch.add_options()
       ("phase", po::value(&o.phase)->default_value(o.phase), "1 syntax (4K, rope_theta 1e4) | 2 file (16K, 5e5) | 3 repo (64K, 1e6); the tiny model runs 1/16 of each context")
@@ -141,6 +145,7 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
   debug.add_options()
       ("debug_poison_step", po::value(&o.debug_poison_step)->default_value(0), "set the weights to NaN before this step")
       ("debug_fail_rank", po::value(&o.debug_fail_rank)->default_value(-1), "this data-parallel rank fails before step 2")
+      ("debug_hang_rank", po::value(&o.debug_hang_rank)->default_value(-1), "this data-parallel rank hangs before step 2")
       ("warmup_ratio", po::value(&warmup_ratio), "refused: warmup is absolute (--warmup_steps)")
       ("debug_checkpoint_pause_ms", po::value(&o.debug_checkpoint_pause_ms)->default_value(0), "sleep between checkpoint files");
   po::options_description visible("megacpp-train: pretrain a megacpp model on token shards\n\n"
@@ -159,6 +164,7 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
              ": warmup is a number of steps, never a share of the run (a ratio of a long run warms up for tens of "
              "thousands of steps; docs/recipe.md): give --warmup_steps");
   check_options(o, given);
+  if constexpr (requires { comm.set_timeout(1.0); }) comm.set_timeout(o.collective_timeout);
   if (!o.sft.file.empty() || o.gspo.enabled) o.plasticity.fire = "off";  // and DASH, ReDo: refused when given
   if (vm.count("resume") && o.resume.empty()) o.resume = o.out;
   if (o.gspo.enabled) {

@@ -90,8 +90,10 @@ struct TrainOptions {
   std::string special_tokens = kDefaultSpecialTokens;  ///< with tokenizer: megacpp-prepare's names
   bool require_improvement = false;  ///< exit 5 when a fresh run's validation loss did not fall
   bool zero1 = false;                ///< ZeRO-1: shard the optimizer state over the data-parallel ranks
+  double collective_timeout = 1800;  ///< seconds a rank waits in a collective before it aborts the job (0: never)
   std::int64_t debug_poison_step = 0;    ///< fault injection: NaN weights before this step (tests)
   int debug_fail_rank = -1;              ///< fault injection: this rank throws before step 2 (tests)
+  int debug_hang_rank = -1;              ///< fault injection: this rank hangs before step 2 (tests)
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
   PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
   std::string precision = default_precision();  ///< products: bf16 (Bf16Mixed) | fp32 (Fp32)
@@ -195,6 +197,7 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_real(t, "lr_scalar", o.lr_scalar, 0, huge);
   check_real(t, "weight_decay", o.weight_decay, 0, huge);
   check_real(t, "max_grad_norm", o.max_grad_norm, 0, huge, /*open_lo=*/true);
+  check_real(t, "collective_timeout", o.collective_timeout, 0, 1e7);
   if (has("mtp_weight")) check_real(t, "mtp_weight", o.mtp_weight, 0, huge);
   if (has("mtp_weight_final")) check_real(t, "mtp_weight_final", o.mtp_weight_final, 0, huge);
   if (has("mtp_switch_tokens")) check_range(t, "mtp_switch_tokens", o.mtp_switch_tokens, 0, kMaxTokens);

@@ -6,9 +6,11 @@
 # 3. ReDo in a data-parallel run (the ranks average their activation statistics): it recycles and
 #    the run finishes.
 # 4. A rank that fails (--debug_fail_rank 1) ends the whole job with a non-zero status and its
-#    message, within the timeout rather than hanging.
-# 5. The same run with --zero1 (optimizer state sharded over the ranks) prints the state per rank
-#    and writes bitwise the weights of 1., its optimizer state as one shard per rank and a
+#    message, within the timeout rather than hanging; so does a rank that hangs without an error
+#    (--debug_hang_rank 1), through the other rank's --collective_timeout.
+# 5. The same run with --zero1 (optimizer state sharded over the ranks, gradients reduce-scattered
+#    to their owners, the clip's sharded form) prints the state per rank and writes bitwise the
+#    weights of 1., its optimizer state as one shard per rank and a
 #    manifest. A --zero1 run stopped at step 2 resumes at np 2 to bitwise the final weights of
 #    the uninterrupted --zero1 run, and at np 1 to bitwise its next step's loss.
 # Exits 77 (skipped) without mpirun.
@@ -47,6 +49,14 @@ echo "$log"
 [[ $status != 124 ]] || fail "the job hung after a rank failed (timeout)"
 grep -q "rank 1 fails on purpose" <<<"$log" || fail "the failing rank's message is missing"
 grep -q "aborting the MPI job" <<<"$log" || fail "the abort is not reported"
+# A rank that hangs without an error (--debug_hang_rank 1, asleep before step 2): rank 0 waits in
+# the step's first collective for --collective_timeout seconds, then ends the job naming it.
+log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/hang" --sample_tokens 0 --debug_hang_rank 1 --collective_timeout 3 2>&1)"
+status=$?
+echo "$log"
+[[ $status != 0 ]] || fail "a hung rank did not fail the job"
+[[ $status != 124 ]] || fail "the job hung with a hung rank despite --collective_timeout (timeout)"
+grep -q "no completion after 3 s (the collective timeout)" <<<"$log" || fail "the collective timeout is not reported"
 zero1_run() {  # zero1_run NP OUT [flags...]: the tiny model to step 4 under --zero1 at NP ranks
   local np="$1" dir="$2"
   shift 2
@@ -69,6 +79,7 @@ echo "$log"
 [[ $status == 0 ]] || fail "the --zero1 run exited with $status"
 [[ "$(grep -c '^optimizer state per rank: .*ZeRO-1: sharded over the ranks' <<<"$log")" == 1 ]] ||
   fail "expected one 'optimizer state per rank ... ZeRO-1' line"
+grep -q 'reduce-scattered to their owners (ZeRO-1)' <<<"$log" || fail "--zero1 at np 2 does not reduce-scatter the gradients"
 final="$out/zero1/step_00000004"
 cmp "$out/ok/step_00000004/model.safetensors" "$final/model.safetensors" || fail "--zero1 wrote different weights than the unsharded run"
 has_shards "$final"
