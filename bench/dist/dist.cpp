@@ -11,6 +11,15 @@
 //   allreduce_gbytes_per_s  gradient bytes / time of the bucketed all-reduce alone (no compute)
 //   overlap_fraction        1 - (time waiting for the all-reduce after backward) / (the all-reduce
 //                           alone): the share of the communication hidden behind backward
+// and ZeRO-1 (AdamW moments sharded, each bucket reduce-scattered to the owners of its
+// parameters, the updated parameters all-gathered by the optimizer step):
+//   tokens_per_s_world2_zero1     global tokens / s of two ranks with ZeRO-1
+//   zero1_step_vs_ddp             tokens_per_s_world2_zero1 / tokens_per_s_world2
+//   reduce_scatter_vs_allreduce   time of the bucketed reduce-scatter alone / the all-reduce alone
+//                                 (a ring moves half the bytes: 0.5 is the bandwidth bound)
+//   zero1_grad_comm_vs_ddp        (reduce-scatter + the step's parameter all-gather) / all-reduce:
+//                                 ZeRO's claim is that this is 1 (the same volume as DDP)
+//   zero1_state_mb_per_rank       AdamW moments this rank holds (DDP: every rank holds them all)
 // Configuration: a dense "A" model, d 256, 4 layers, vocab 4096, 4 rows x 256 tokens per rank,
 // fp32, AdamW, 4 MB buckets (25 MB, the DataParallel default, would make one bucket of this
 // 15 MB model: nothing could start before backward ends). On a 2-core machine shared with other
@@ -21,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -93,7 +103,52 @@ double world1(int steps) {
   return static_cast<double>(kBatch * kSeq) / median(times);
 }
 
-// A rank of world 2: prints "dist_worker ..." (rank 0) with the step rate, all-reduce rate, overlap.
+// ZeRO-1 on a rank of world 2: the step rate, the reduce-scatter alone and the optimizer's
+// all-gather alone; prints "dist_zero1 ..." (rank 0).
+void zero1_worker(dist::MpiComm& comm, int steps) {
+  Trainer t(comm.rank());
+  t.opt.shard(comm.rank(), comm.size());
+  std::vector<int> owners;
+  for (const auto& p : optim::collect_params<float, Cpu>(t.model)) owners.push_back(t.opt.owner(p.name));
+  dist::DataParallel<float, Cpu, dist::MpiComm> dp(comm, t.vars(), {.bucket_bytes = kBucketBytes, .owners = owners});
+  dp.broadcast_parameters();
+  std::vector<double> step_times, scatter_times, gather_times;
+  for (int s = 0; s <= steps; ++s) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    backward(t.model.loss(t.in, t.tg, t.mask, t.docs));
+    dp.finish();
+    t.opt.step(comm);
+    t.opt.zero_grad();
+    if (s > 0) step_times.push_back(seconds_since(t0));
+  }
+  backward(t.model.loss(t.in, t.tg, t.mask, t.docs));
+  for (int s = 0; s < std::max(3, steps); ++s) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    dp.finish();
+    scatter_times.push_back(seconds_since(t0));
+  }
+  // The step's all-gather alone: an lr of 0 leaves the values, the collective is the same.
+  t.opt.set_lr_scale(0.0);
+  for (int s = 0; s < std::max(3, steps); ++s) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    t.opt.step(comm);
+    gather_times.push_back(seconds_since(t0));
+  }
+  double figures[4] = {median(step_times), median(scatter_times), median(gather_times),
+                       static_cast<double>(t.opt.state_bytes())};
+  comm.all_reduce<double, Cpu>(figures, 4, dist::ReduceOp::max);
+  if (comm.rank() == 0)
+    std::printf("dist_zero1 tokens_per_s=%.6g reduce_scatter_s=%.6g step_all_gather_s=%.6g state_mb=%.4g "
+                "unsharded_state_mb=%.4g ring_elements_sent=%.6g\n",
+                2.0 * kBatch * kSeq / figures[0], figures[1], figures[2], figures[3] / 1048576.0,
+                static_cast<double>(t.opt.unsharded_state_bytes()) / 1048576.0, dp.ring_elements_sent());
+}
+
+// A rank of world 2: prints "dist_worker ..." (rank 0) with the step rate, all-reduce rate,
+// overlap, then runs the ZeRO-1 measurement.
 int worker(int steps) {
   dist::MpiEnvironment env;
   dist::MpiComm comm;
@@ -129,6 +184,8 @@ int worker(int steps) {
                 2.0 * kBatch * kSeq / figures[0], static_cast<double>(t.grad_bytes()) / figures[2] * 1e-9,
                 std::clamp(1.0 - figures[1] / figures[2], 0.0, 1.0), dp.buckets(), t.grad_bytes() / 1048576.0,
                 figures[0], figures[1], figures[2]);
+  std::fflush(stdout);
+  zero1_worker(comm, steps);
   return 0;
 }
 
@@ -153,7 +210,8 @@ int main(int argc, char** argv) {
   args.threads = 1;
   bench::print_system_info("bench_dist", "data parallel over MPI: 1 x 1 thread vs 2 ranks x 1 thread; dense A, d 256, "
                            "4 layers, vocab 4096, 4 x 256 tokens per rank, fp32 AdamW, 4 MB gradient buckets", args);
-  std::printf("path:          dist::DataParallel over dist::MpiComm (MPI_Iallreduce, polled from backward hooks)\n");
+  std::printf("path:          dist::DataParallel over dist::MpiComm (MPI_Iallreduce, polled from backward hooks); "
+              "ZeRO-1: MPI_Ireduce_scatter to the owners, AdamW's MPI_Allgather of parameters\n");
   std::printf("note:          figures are taken on whatever else this machine is running\n");
   const int steps = args.quick ? 2 : 6;
   const double w1 = world1(steps);
@@ -168,21 +226,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_dist: could not run %s\n", command.c_str());
     return 1;
   }
-  double w2 = 0, gbps = 0, overlap = 0;
-  bool found = false;
+  double w2 = 0, gbps = 0, overlap = 0, allreduce_s = 0;
+  double z2 = 0, scatter_s = 0, gather_s = 0, state_mb = 0;
+  bool found = false, found_zero1 = false;
   char line[1024];
   while (std::fgets(line, sizeof line, pipe)) {
     std::fputs(line, stdout);
+    if (const char* at = std::strstr(line, "allreduce_s="); at && std::strncmp(line, "dist_worker", 11) == 0)
+      std::sscanf(at, "allreduce_s=%lf", &allreduce_s);
     found = found || std::sscanf(line, "dist_worker tokens_per_s=%lf allreduce_gbytes_per_s=%lf overlap_fraction=%lf",
                                  &w2, &gbps, &overlap) == 3;
+    found_zero1 = found_zero1 || std::sscanf(line, "dist_zero1 tokens_per_s=%lf reduce_scatter_s=%lf step_all_gather_s=%lf "
+                                             "state_mb=%lf", &z2, &scatter_s, &gather_s, &state_mb) == 4;
   }
   const int status = pclose(pipe);
-  if (!found || status != 0) {
+  if (!found || !found_zero1 || allreduce_s <= 0 || status != 0) {
     std::fprintf(stderr, "bench_dist: the 2-rank run failed (status %d): is mpirun installed?\n", status);
     return 1;
   }
   std::printf("{\"bench\": \"dist\", \"tokens_per_s_world1\": %.1f, \"tokens_per_s_world2\": %.1f, "
-              "\"scaling_efficiency\": %.4f, \"allreduce_gbytes_per_s\": %.4f, \"overlap_fraction\": %.4f}\n",
-              w1, w2, w2 / (2.0 * w1), gbps, overlap);
+              "\"scaling_efficiency\": %.4f, \"allreduce_gbytes_per_s\": %.4f, \"overlap_fraction\": %.4f, "
+              "\"tokens_per_s_world2_zero1\": %.1f, \"zero1_step_vs_ddp\": %.4f, \"reduce_scatter_vs_allreduce\": %.4f, "
+              "\"zero1_grad_comm_vs_ddp\": %.4f, \"zero1_state_mb_per_rank\": %.3f}\n",
+              w1, w2, w2 / (2.0 * w1), gbps, overlap, z2, z2 / w2, scatter_s / allreduce_s,
+              (scatter_s + gather_s) / allreduce_s, state_mb);
   return 0;
 }
