@@ -42,21 +42,23 @@ echo "$log"
 [[ $status == 0 ]] || fail "the data-parallel ReDo run exited with $status"
 [[ "$(grep -c '"intervention":"redo"' "$out/redo/metrics.jsonl")" == 2 ]] || fail "expected 2 ReDo records in metrics.jsonl"
 
-log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/fail" --sample_tokens 0 --debug_fail_rank 1 2>&1)"
-status=$?
-echo "$log"
-[[ $status != 0 ]] || fail "a failing rank did not fail the job"
-[[ $status != 124 ]] || fail "the job hung after a rank failed (timeout)"
-grep -q "rank 1 fails on purpose" <<<"$log" || fail "the failing rank's message is missing"
+# failing_run NAME WHAT MESSAGE [flags...]: a run that must end the whole job with a non-zero
+# status (not the 240 s timeout) and print MESSAGE.
+failing_run() {
+  local name="$1" what="$2" message="$3"
+  shift 3
+  log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/$name" --sample_tokens 0 "$@" 2>&1)"
+  status=$?
+  echo "$log"
+  [[ $status != 0 ]] || fail "$what did not fail the job"
+  [[ $status != 124 ]] || fail "the job hung after $what (timeout)"
+  grep -q "$message" <<<"$log" || fail "after $what, the message '$message' is missing"
+}
+failing_run fail "a failing rank" "rank 1 fails on purpose" --debug_fail_rank 1
 grep -q "aborting the MPI job" <<<"$log" || fail "the abort is not reported"
 # A rank that hangs without an error (--debug_hang_rank 1, asleep before step 2): rank 0 waits in
 # the step's first collective for --collective_timeout seconds, then ends the job naming it.
-log="$(timeout 240 bash "$run_mpi" 2 "$exe" --steps 4 --out "$out/hang" --sample_tokens 0 --debug_hang_rank 1 --collective_timeout 3 2>&1)"
-status=$?
-echo "$log"
-[[ $status != 0 ]] || fail "a hung rank did not fail the job"
-[[ $status != 124 ]] || fail "the job hung with a hung rank despite --collective_timeout (timeout)"
-grep -q "no completion after 3 s (the collective timeout)" <<<"$log" || fail "the collective timeout is not reported"
+failing_run hang "a hung rank" "no completion after 3 s (the collective timeout)" --debug_hang_rank 1 --collective_timeout 3
 zero1_run() {  # zero1_run NP OUT [flags...]: the tiny model to step 4 under --zero1 at NP ranks
   local np="$1" dir="$2"
   shift 2
