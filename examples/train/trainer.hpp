@@ -323,7 +323,8 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       clip = data_parallel.clip(o.max_grad_norm);  // non-finite: skip_step()
       if (clip.skip_step())
         return diverged(number, megacpp::detail::concat("gradient norm is ", clip.norm, " (non-finite gradients in ",
-                                               list_names(non_finite_values(params, /*gradients=*/true)),
+                                               clip.non_finite.empty() ? "none alone: their sum of squares overflowed"
+                                                                       : list_names(clip.non_finite),
                                                "); the optimizer step was not taken"));
       log_intervention(plasticity.after_backward(number));  // DASH: this step's gradients, before the update
       opt.step(comm);  // Muon's Newton-Schulz shared over the ranks, AdamW replicated (or sharded: --zero1)

@@ -5,6 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <exception>
+#include <limits>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -115,6 +118,31 @@ TEST_CASE("ZeRO-1 reduce-scatter: only the owned gradients are averaged; half th
     return ok;
   });
   for (const auto& ok : ranks) CHECK(ok == std::vector<bool>{true, true, true});
+}
+
+TEST_CASE("ZeRO-1 sharded clip: every rank learns which owned gradient is not finite", "[dist][zero1]") {
+  const auto ranks = on_ranks(2, [](dist::InProcessComm& comm) {
+    dp_test::Net net(7);
+    const std::vector<optim::ParamRef<float, Cpu>> refs{optim::ParamRef<float, Cpu>{"w1", net.w1, Role::matrix, {}},
+                                                        optim::ParamRef<float, Cpu>{"w2", net.w2, Role::matrix, {}},
+                                                        optim::ParamRef<float, Cpu>{"bias", net.bias, Role::bias, {}}};
+    for (const auto& p : refs) p.var.grad_buffer().fill(1.0f);
+    // w2 is rank 1's: only rank 1's copy of its gradient counts, and only rank 1 holds the NaN
+    if (comm.rank() == 1) net.w2.grad_buffer().data()[5] = std::numeric_limits<float>::quiet_NaN();
+    std::pair<optim::ClipResult, std::string> out;  // checked on the main thread (Catch2 is not thread-safe)
+    out.first = optim::clip_grad_norm(refs, comm, {0, 1, 1}, 1.0, optim::NonFinitePolicy::skip);
+    try {
+      (void)optim::clip_grad_norm(refs, comm, {0, 1, 1}, 1.0);
+    } catch (const Error& e) {
+      out.second = e.what();
+    }
+    return out;
+  });
+  for (const auto& [r, error] : ranks) {
+    CHECK(r.skip_step());
+    CHECK(r.non_finite == std::vector<std::string>{"w2"});
+    CHECK_THAT(error, Catch::Matchers::Contains("non-finite gradients in 'w2'"));
+  }
 }
 
 TEST_CASE("ZeRO-1 reduce-scatter: owners that do not fit are refused", "[dist][zero1][data_parallel]") {

@@ -81,6 +81,7 @@ TEST_CASE("clip_grad_norm never applies a non-finite norm silently", "[optim][cl
     CHECK(bitwise_equal(a.grad(), ga));
     const optim::ClipResult r = optim::clip_grad_norm(params, 1.0, optim::NonFinitePolicy::skip);
     CHECK(r.skip_step());
+    CHECK(r.non_finite == std::vector<std::string>{"blocks.0.wq"});
     CHECK_FALSE(r.clipped);
     CHECK_FALSE(std::isfinite(r.norm));
     CHECK(bitwise_equal(a.grad(), ga));

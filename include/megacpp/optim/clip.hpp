@@ -36,6 +36,9 @@ struct ClipResult {
   double scale = 1.0;    ///< factor the gradients were multiplied by (1 when not clipped)
   bool clipped = false;  ///< true when norm > max_norm and the gradients were scaled
   bool finite = true;    ///< false when the norm was NaN or infinite (NonFinitePolicy::skip)
+  /// When not finite: the parameters whose gradient holds a NaN or an infinity (under the
+  /// sharded form, every rank's owned ones); empty when only the sum of squares overflowed.
+  std::vector<std::string> non_finite;
   /// True when the optimiser step must be skipped (non-finite gradients under NonFinitePolicy::skip).
   bool skip_step() const { return !finite; }
 };
@@ -73,10 +76,13 @@ ClipResult clip_marked(const std::vector<ParamRef<T, B>>& params, const std::vec
   result.norm = std::sqrt(total);
   if (!std::isfinite(result.norm)) {
     result.finite = false;
-    if (policy == NonFinitePolicy::skip) return result;
     std::string names;
     for (std::size_t i = 0; i < host.size(); ++i)
-      if (!std::isfinite(static_cast<double>(host[i]))) names += (names.empty() ? "'" : ", '") + params[i].name + "'";
+      if (!std::isfinite(static_cast<double>(host[i]))) {
+        result.non_finite.push_back(params[i].name);
+        names += (names.empty() ? "'" : ", '") + params[i].name + "'";
+      }
+    if (policy == NonFinitePolicy::skip) return result;
     fail(who, "gradient norm is ", result.norm, " (not finite); non-finite gradients in ",
          names.empty() ? std::string("the sum of squares (overflow)") : names,
          ": skip this step (NonFinitePolicy::skip) or find the source; the gradients were not changed");
