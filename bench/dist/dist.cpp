@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
   bench::print_system_info("bench_dist", "data parallel over MPI: 1 x 1 thread vs 2 ranks x 1 thread; dense A, d 256, "
                            "4 layers, vocab 4096, 4 x 256 tokens per rank, fp32 AdamW, 4 MB gradient buckets", args);
   std::printf("path:          dist::DataParallel over dist::MpiComm (MPI_Iallreduce, polled from backward hooks); "
-              "ZeRO-1: MPI_Ireduce_scatter to the owners, AdamW's MPI_Allgather of parameters\n");
+              "ZeRO-1: reduce_scatter_v (MPI_Ialltoallv) to the owners, AdamW's MPI_Iallgather of parameters\n");
   std::printf("note:          figures are taken on whatever else this machine is running\n");
   const int steps = args.quick ? 2 : 6;
   const double w1 = world1(steps);

@@ -10,9 +10,11 @@
 /// for tests.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/error.hpp"
@@ -25,6 +27,23 @@ enum class ReduceOp {
   avg,  ///< the sum over ranks divided by the world size (data-parallel gradients)
   max,  ///< the largest value over ranks
 };
+
+namespace detail {
+// The reduction of element `at` of every rank's buffer (slots[r]: rank r's, host memory),
+// combined in rank order and divided by the world size for avg: the same bits on every rank and
+// for every communicator that reduces on the host (the in-process fake, MpiComm's
+// reduce_scatter_v).
+template <class T>
+T reduce_at(const std::vector<const void*>& slots, index_t at, ReduceOp op) {
+  T acc = static_cast<const T*>(slots[0])[at];
+  for (std::size_t r = 1; r < slots.size(); ++r) {
+    const T x = static_cast<const T*>(slots[r])[at];
+    acc = op == ReduceOp::max ? std::max(acc, x) : static_cast<T>(acc + x);
+  }
+  if (op == ReduceOp::avg) acc = static_cast<T>(acc / static_cast<T>(slots.size()));
+  return acc;
+}
+}  // namespace detail
 
 /// A handle of a non-blocking collective: wait() returns once the collective's result is in the
 /// receive buffer (and the send buffer may be reused).

@@ -132,21 +132,6 @@ void InProcessComm::exchange(const void* buffer, index_t count, const char* op, 
   check(counts_agree, op, "rank ", rank_, " passed count ", count, " but another rank passed a different count");
 }
 
-namespace detail {
-template <class T>
-T combine(T a, T b, ReduceOp op) {
-  return op == ReduceOp::max ? std::max(a, b) : static_cast<T>(a + b);
-}
-// Rank-ordered reduction of element i of every rank's buffer (offset `at` elements in).
-template <class T>
-T reduce_at(const std::vector<const void*>& slots, index_t at, ReduceOp op) {
-  T acc = static_cast<const T*>(slots[0])[at];
-  for (std::size_t r = 1; r < slots.size(); ++r) acc = combine(acc, static_cast<const T*>(slots[r])[at], op);
-  if (op == ReduceOp::avg) acc = static_cast<T>(acc / static_cast<T>(slots.size()));
-  return acc;
-}
-}  // namespace detail
-
 template <class T, Backend B>
 void InProcessComm::all_reduce(T* data, index_t count, ReduceOp op) {
   static_assert(B::host_accessible, "InProcessComm reduces on the host: CPU-backend memory only");

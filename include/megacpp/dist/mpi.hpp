@@ -308,17 +308,13 @@ class MpiComm {
                       "ireduce_scatter_v");
     const int world = size_;
     // The arrays MPI reads and writes move into the completion step (their storage stays put).
-    return MpiRequest(r, "reduce_scatter_v", timeout_s_, [recv, mine, world, op, blocks = std::move(blocks), keep = std::array{std::move(send_counts),
-                          std::move(send_at), std::move(recv_counts), std::move(recv_at)}] {
+    return MpiRequest(r, "reduce_scatter_v", timeout_s_, [recv, mine, world, op, blocks = std::move(blocks),
+                                                          keep = std::array{std::move(send_counts), std::move(send_at),
+                                                                            std::move(recv_counts), std::move(recv_at)}] {
       (void)keep;
-      for (index_t i = 0; i < mine; ++i) {
-        T acc = blocks[static_cast<std::size_t>(i)];
-        for (int q = 1; q < world; ++q) {
-          const T x = blocks[static_cast<std::size_t>(q * mine + i)];
-          acc = op == ReduceOp::max ? std::max(acc, x) : static_cast<T>(acc + x);
-        }
-        recv[i] = op == ReduceOp::avg ? static_cast<T>(acc / static_cast<T>(world)) : acc;
-      }
+      std::vector<const void*> slots;  // rank q's block at q * mine
+      for (int q = 0; q < world; ++q) slots.push_back(blocks.data() + q * mine);
+      for (index_t i = 0; i < mine; ++i) recv[i] = detail::reduce_at<T>(slots, i, op);
     });
   }
   /// Non-blocking all_gather (MPI_Iallgather).

@@ -50,13 +50,13 @@ namespace detail {
 // single-process bits; only `mine` are scaled.
 template <class T, Backend B, class Reduce>
 ClipResult clip_marked(const std::vector<ParamRef<T, B>>& params, const std::vector<bool>& mine, double max_norm,
-                       NonFinitePolicy policy, const char* who, Reduce&& reduce) {
-  check(std::isfinite(max_norm) && max_norm > 0, who, "max_norm must be finite and > 0, got ", max_norm);
+                       NonFinitePolicy policy, Reduce&& reduce) {
+  check(std::isfinite(max_norm) && max_norm > 0, "clip_grad_norm", "max_norm must be finite and > 0, got ", max_norm);
   index_t max_rows = 1;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const ParamRef<T, B>& p = params[i];
     if (!p.has_grad()) continue;
-    check(p.grad().shape() == p.shape(), who, "gradient of '", p.name, "' has shape ", p.grad().shape(),
+    check(p.grad().shape() == p.shape(), "clip_grad_norm", "gradient of '", p.name, "' has shape ", p.grad().shape(),
           " but the parameter is ", p.shape());
     if (mine[i]) max_rows = std::max(max_rows, sum_of_squares_view(p.shape()).first);
   }
@@ -83,7 +83,7 @@ ClipResult clip_marked(const std::vector<ParamRef<T, B>>& params, const std::vec
         names += (names.empty() ? "'" : ", '") + params[i].name + "'";
       }
     if (policy == NonFinitePolicy::skip) return result;
-    fail(who, "gradient norm is ", result.norm, " (not finite); non-finite gradients in ",
+    fail("clip_grad_norm", "gradient norm is ", result.norm, " (not finite); non-finite gradients in ",
          names.empty() ? std::string("the sum of squares (overflow)") : names,
          ": skip this step (NonFinitePolicy::skip) or find the source; the gradients were not changed");
   }
@@ -109,7 +109,7 @@ template <class T, Backend B>
                                         NonFinitePolicy policy = NonFinitePolicy::error) {
   std::vector<bool> mine;
   for (const ParamRef<T, B>& p : params) mine.push_back(p.has_grad());
-  return detail::clip_marked(params, mine, max_norm, policy, "clip_grad_norm", [](Tensor<T, B>&) {});
+  return detail::clip_marked(params, mine, max_norm, policy, [](Tensor<T, B>&) {});
 }
 
 /// ZeRO-1 form, over the ranks of `comm`, when each rank holds the averaged gradient of only
@@ -128,7 +128,7 @@ template <class T, Backend B, class C>
         " parameters");
   std::vector<bool> mine;
   for (std::size_t i = 0; i < params.size(); ++i) mine.push_back(params[i].has_grad() && owners[i] == comm.rank());
-  return detail::clip_marked(params, mine, max_norm, policy, "clip_grad_norm", [&](Tensor<T, B>& sums) {
+  return detail::clip_marked(params, mine, max_norm, policy, [&](Tensor<T, B>& sums) {
     comm.template all_reduce<T, B>(sums.data(), sums.numel(), dist::ReduceOp::sum);
   });
 }
