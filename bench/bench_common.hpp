@@ -8,7 +8,7 @@
 //   of a run says which state the figures were taken in.
 // - time_interleaved(): medians of several cases timed round-robin, so that a change of machine
 //   state during the run hits every case alike and ratios between cases stay meaningful.
-// - JsonLine: the one-line machine-readable summary each bench ends with.
+// - JsonLine (json_line.hpp): the one-line machine-readable summary each bench ends with.
 #pragma once
 
 #include <omp.h>
@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "json_line.hpp"
 #include "megacpp/megacpp.hpp"  // before Eigen: it includes Eigen behind its GCC 12 warning guard
 
 #if defined(__AVX512F__) || defined(__AVX2__)
@@ -224,32 +225,5 @@ inline std::vector<Timing> time_interleaved(const std::vector<TimedCase>& cases,
   }
   return out;
 }
-
-// {"bench":"name","key":value,...} on one line: the last line of every bench's output.
-class JsonLine {
- public:
-  explicit JsonLine(std::string_view bench) { text_ = "{\"bench\":\"" + std::string(bench) + "\""; }
-  JsonLine& add(std::string_view key, double value, int decimals = 2) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
-    return raw(key, buf);
-  }
-  JsonLine& add(std::string_view key, long long value) { return raw(key, std::to_string(value)); }
-  JsonLine& add(std::string_view key, int value) { return raw(key, std::to_string(value)); }
-  JsonLine& add(std::string_view key, std::string_view value) {
-    std::string quoted(1, '"');  // appended piece by piece: GCC 12's -Wrestrict misfires on "\"" + s + "\""
-    quoted.append(value);
-    quoted += '"';
-    return raw(key, quoted);
-  }
-  void print() const { std::printf("%s}\n", text_.c_str()); }
-
- private:
-  JsonLine& raw(std::string_view key, const std::string& value) {
-    text_ += ",\"" + std::string(key) + "\":" + value;
-    return *this;
-  }
-  std::string text_;
-};
 
 }  // namespace megacpp::bench

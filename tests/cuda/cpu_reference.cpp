@@ -3,6 +3,7 @@
 #include "cpu_reference.hpp"
 
 #include "backend_cases.hpp"
+#include "model_step.hpp"
 #include "support/kernel_cases.hpp"
 
 #include "megacpp/backends/cpu.hpp"
@@ -64,6 +65,10 @@ std::string cpu_kernel_case_name(std::size_t contract, std::size_t index) {
 
 std::vector<std::vector<double>> cpu_kernel_outputs(std::size_t contract, std::size_t index, bool use_double) {
   return use_double ? kernel_outputs_on_cpu<double>(contract, index) : kernel_outputs_on_cpu<float>(contract, index);
+}
+
+std::vector<std::vector<double>> cpu_model_step(std::size_t pattern, bool use_double) {
+  return use_double ? model_step_outputs<double, Cpu>(pattern) : model_step_outputs<float, Cpu>(pattern);
 }
 
 }  // namespace megacpp::backend_test

@@ -31,4 +31,8 @@ std::string cpu_kernel_case_name(std::size_t contract, std::size_t index);
 // `contract` on the CPU backend, in float (use_double = false) or double.
 std::vector<std::vector<double>> cpu_kernel_outputs(std::size_t contract, std::size_t index, bool use_double);
 
+// Loss and parameter gradients of the whole-model step model_step_patterns()[pattern]
+// (model_step.hpp) on the CPU backend, in float or double.
+std::vector<std::vector<double>> cpu_model_step(std::size_t pattern, bool use_double);
+
 }  // namespace megacpp::backend_test

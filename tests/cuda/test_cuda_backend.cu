@@ -14,6 +14,10 @@
 // and counted apart, never as passed (its case code is not even instantiated for Cuda: calling an
 // unimplemented contract does not compile).
 //
+// Then whole models (model_step.hpp): the one-block attention and Mamba-3 LMs' training step
+// (loss and every parameter gradient) against the CPU backend, and the document-masking
+// invariants on the GPU (nn/model/masking_check.hpp), for each pattern whose kernels Cuda has.
+//
 // Then checks that need no CPU reference: conversions and fill against the host's
 // convert_element bit for bit, gradcheck on the device, memory accounting, error reporting.
 //
@@ -31,7 +35,9 @@
 
 #include "backend_cases.hpp"
 #include "cpu_reference.hpp"
+#include "model_step.hpp"
 #include "support/kernel_cases.hpp"
+#include "support/masking_batch.hpp"
 
 #include "megacpp/backends/cuda.cuh"
 
@@ -134,6 +140,60 @@ void run_kernel_cases(Report& report) {
       }
     }
   });
+}
+
+// --- whole models on the GPU ---------------------------------------------------------------------
+
+// The one-block model's training step (model_step.hpp) on Cuda against the CPU backend: loss and
+// every parameter gradient within kBackendTolerance, and bitwise the same on a second run.
+template <class T>
+std::string check_model_step(std::size_t pattern) {
+  const Outputs got = model_step_outputs<T, Cuda>(pattern);
+  std::string why = testing::compare_outputs(got, cpu_model_step(pattern, std::is_same_v<T, double>),
+                                             testing::kBackendTolerance.rtol<T>());
+  if (!why.empty()) return "differs from the CPU backend: " + why;
+  why = testing::compare_outputs(model_step_outputs<T, Cuda>(pattern), got, 0.0);
+  return why.empty() ? why : "not reproducible run to run: " + why;
+}
+
+// The document-masking invariants (nn/model/masking_check.hpp) of the one-block model on the GPU:
+// isolation and the zero cross-document gradient bitwise, packed vs alone within 1e-5 (cuBLAS
+// may pick another algorithm for another row count); the same model blind to the documents must
+// fail, so the check sees the block mixing positions.
+template <FixedString P>
+std::string check_model_masking() {
+  using Model = testing::OneBlockLMOn<float, Cuda, P>;
+  Model model(11);
+  testing::randomise_matrices(model, 12);
+  const testing::MaskingBatch data(static_cast<std::int32_t>(Model::dims.vocab));
+  MaskingCheckOptions opt;
+  opt.bos_id = testing::MaskingBatch::bos;
+  opt.vocab = static_cast<std::int32_t>(Model::dims.vocab);
+  opt.packed_tolerance = 1e-5;
+  const MaskingCheckResult r = check_document_masking(model, data.ids, data.targets, testing::MaskingBatch::batch, testing::MaskingBatch::seq, opt);
+  if (!r.ok) return r.violation;
+  if (r.documents_checked != static_cast<std::size_t>(testing::MaskingBatch::documents))
+    return "checked " + std::to_string(r.documents_checked) + " documents, the batch holds 8";
+  const testing::DocumentBlind<Model> blind{model};
+  if (check_document_masking(blind, data.ids, data.targets, testing::MaskingBatch::batch, testing::MaskingBatch::seq, opt).ok)
+    return "the document-blind model passed: the check cannot see a leak through this block";
+  return "";
+}
+
+void run_model_checks(Report& report) {
+  for (std::size_t i = 0; i < model_step_patterns().size(); ++i) {
+    const std::string name = "one-block \"" + model_step_patterns()[i] + "\" model";
+    if (!model_step_runs_on<Cuda>(i)) {
+      std::printf("%s: a kernel its block needs is not implemented by Cuda (not run)\n", name.c_str());
+      report.not_implemented(name + " train step and masking");
+      continue;
+    }
+    report.run(name + " train step [float] cuda vs CPU", [i] { return check_model_step<float>(i); });
+    report.run(name + " train step [double] cuda vs CPU", [i] { return check_model_step<double>(i); });
+    with_model_step_pattern<Cuda>(i, [&]<FixedString P>() {
+      report.run(name + " document masking on the GPU", [] { return check_model_masking<P>(); });
+    });
+  }
 }
 
 // --- conversions and fill, bit for bit against the host ----------------------------------------
@@ -257,6 +317,7 @@ int main() {
   run_cases<double>(report);
   report_kernel_coverage(&report);
   run_kernel_cases(report);
+  run_model_checks(report);
   check_all_converts(report, StorageTypes{});
   report.run("fill bf16", [] { return check_fill(bf16(1.5f)); });
   report.run("fill f16", [] { return check_fill(f16(-0.333f)); });

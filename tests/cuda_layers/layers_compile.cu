@@ -1,8 +1,8 @@
 // The layers under nvcc: every nn header, the recipe's whole model types and the fused LM head
 // compile for the CUDA backend, with no CPU backend (and so no Eigen) in the translation unit.
-// Which kernel contracts CUDA implements is a compile-time fact checked here; calling one it
-// lacks fails to compile with megacpp_backend_lacks_kernel (tests/cuda_layers/negative/), never
-// a silent fallback. At run time, with a GPU, the LM head (linear + softcap + cross-entropy,
+// That CUDA implements every kernel contract is a compile-time fact checked here; a backend
+// lacking one fails to compile a layer that calls it with megacpp_backend_lacks_kernel
+// (tests/cuda_layers/negative/), never a silent fallback. At run time, with a GPU, the LM head (linear + softcap + cross-entropy,
 // through SoftcapCrossEntropy<Cuda>) runs; without one the program says so and CTest skips it.
 #include <cstdio>
 #include <type_traits>
@@ -16,10 +16,10 @@ using namespace megacpp;
 #error "an nn header brought Eigen into a CUDA translation unit: layers must not include a backend"
 #endif
 
-// What the CUDA backend implements today (docs/architecture.md, "Kernel contracts").
+// The CUDA backend implements every kernel contract (docs/architecture.md, "Kernel contracts").
 static_assert(kernels::AllKernels::implemented_by<Cuda>() ==
-                  std::array<bool, kernels::AllKernels::size>{false, false, false, false, true, true, true},
-              "update this list (and docs/architecture.md) when a kernel contract gains a CUDA implementation");
+                  std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true},
+              "a kernel contract lacks its CUDA implementation: add it under backends/cuda/kernels/");
 
 // Every block type and the recipe's model types are complete types for Cuda: their declarations,
 // concepts and compile-time size checks instantiate under nvcc.

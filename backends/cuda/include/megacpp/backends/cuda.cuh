@@ -50,6 +50,8 @@ struct Cuda {
   template <class From, class To> static void convert(std::size_t n, const From* src, To* dst) { cuda::convert<From, To>(n, src, dst); }
   static MemoryStats memory_stats() { return cuda::memory_stats(); }
   static void reset_peak_memory() { cuda::reset_peak_memory(); }
+  // Returns the cached free device blocks to the driver (allocations reuse freed blocks: memory.cuh).
+  static void empty_cache() { cuda::empty_cache(); }
   static void synchronize() { cuda::synchronize(); }
 
   // --- dense algebra ---
@@ -121,9 +123,8 @@ using CudaTensor = Tensor<T, Cuda>;
 
 namespace megacpp::kernels {
 
-// The fused kernels CUDA implements so far (contracts: megacpp/core/kernels/). FusedAttention,
-// SsmScan, SsmRotary and CausalConv1d are not implemented yet: a layer that needs one fails to
-// compile for Cuda with megacpp_backend_lacks_kernel (tests/cuda/test_layer_kernels_missing.cu).
+// The fused kernels CUDA implements (contracts: megacpp/core/kernels/): those below, and each of
+// megacpp/backends/cuda/kernels/*.cuh, included at the end of this file.
 
 /// The LM head's fused loss rows on the GPU (one block per row).
 template <>
@@ -183,3 +184,9 @@ struct GatedCombine<Cuda> {
 };
 
 }  // namespace megacpp::kernels
+
+// The document-aware kernels, each in its own header (after `Cuda` is complete).
+#include "megacpp/backends/cuda/kernels/attention.cuh"
+#include "megacpp/backends/cuda/kernels/causal_conv1d.cuh"
+#include "megacpp/backends/cuda/kernels/ssm_rotary.cuh"
+#include "megacpp/backends/cuda/kernels/ssm_scan.cuh"

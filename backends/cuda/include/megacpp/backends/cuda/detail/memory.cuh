@@ -1,10 +1,13 @@
-// CUDA backend: device allocations (cudaMalloc, never managed memory) with the same byte
-// accounting as the CPU backend, host <-> device copies, and the device query.
+// CUDA backend: device allocations (cudaMalloc, never managed memory, freed blocks cached for
+// reuse) with the same byte accounting as the CPU backend, host <-> device copies, and the device query.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstddef>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/core/backend.hpp"
@@ -22,31 +25,88 @@ inline MemoryCounter& memory_counter() {
 // memory a tensor really occupies, as the CPU backend counts its 64-byte aligned blocks.
 inline std::size_t aligned_bytes(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Freed device blocks are kept for reuse instead of returned with cudaFree, which waits for the
+// whole device: a training step frees its temporaries throughout, and every free would stall
+// the GPU (PyTorch's CUDACachingAllocator exists for the same reason). Reuse is safe because every
+// kernel, cuBLAS call and copy runs on the one default stream: the next user of a block runs after
+// all work queued on it before. Blocks are kept per exact size class (256-byte units, 1 MiB units
+// from 1 MiB), which a training loop's recurring shapes hit step after step. The accounting
+// (memory_stats) counts live tensors, not the cache; empty_cache() returns the cache to the driver,
+// and an allocation that fails empties it and tries once more.
+class BlockCache {
+ public:
+  static std::size_t size_class(std::size_t bytes) {
+    constexpr std::size_t kMiB = std::size_t{1} << 20;
+    return bytes < kMiB ? bytes : (bytes + kMiB - 1) / kMiB * kMiB;
+  }
+  void* take(std::size_t size) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(size);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= size;
+    return p;
+  }
+  void give(void* p, std::size_t size) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    free_[size].push_back(p);
+    cached_bytes_ += size;
+  }
+  // Returns every cached block to the driver (cudaFree waits for the device once per block).
+  void release() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) MEGACPP_CUDA_CHECK(cudaFree(p));
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+  std::size_t cached_bytes() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return cached_bytes_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_bytes_ = 0;
+};
+
+// One cache per process, never destroyed: blocks still cached at exit go back with the context
+// (a destructor running after the CUDA runtime has unloaded could not free them).
+inline BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache;
+  return *cache;
+}
+
 template <class T>
 T* allocate(std::size_t n) {
   if (n == 0) return nullptr;
   // n * sizeof(T) rounded up to 256 must not wrap (the CPU backend's check, cpu/detail/memory.hpp).
-  check(n <= (std::numeric_limits<std::size_t>::max() - 255) / sizeof(T), "cuda::allocate", "a tensor of ", n,
-        " elements of ", sizeof(T), " bytes does not fit in the address space");
-  const std::size_t bytes = aligned_bytes(n * sizeof(T));
-  void* p = nullptr;
-  MEGACPP_CUDA_CHECK(cudaMalloc(&p, bytes));
+  check(n <= (std::numeric_limits<std::size_t>::max() - (std::size_t{1} << 20)) / sizeof(T), "cuda::allocate",
+        "a tensor of ", n, " elements of ", sizeof(T), " bytes does not fit in the address space");
+  const std::size_t bytes = aligned_bytes(n * sizeof(T)), size = BlockCache::size_class(bytes);
+  void* p = block_cache().take(size);
+  if (!p && cudaMalloc(&p, size) != cudaSuccess) {
+    cudaGetLastError();  // the failed cudaMalloc's error must not reach the next launch check
+    block_cache().release();
+    MEGACPP_CUDA_CHECK(cudaMalloc(&p, size));
+  }
   memory_counter().allocated(bytes);
   return static_cast<T*>(p);
 }
 
-// Called from Tensor's deleter, i.e. from destructors: a failure here throws from a noexcept
-// context and terminates, which is what an unrecoverable device error deserves. The one status
-// tolerated is the runtime already shutting down (a tensor outliving main), where the driver
-// releases the memory anyway. cudaFree waits for the device; should that show in profiles, the
-// fix is a caching allocator (as PyTorch's), not a change to the kernels.
+// Called from Tensor's deleter: the block goes to the cache (no device wait).
 template <class T>
 void deallocate(T* p, std::size_t n) {
   if (!p) return;
-  const cudaError_t status = cudaFree(p);
-  if (status != cudaErrorCudartUnloading) check_cuda(status, "cudaFree(p)", __FILE__, __LINE__);
-  memory_counter().released(aligned_bytes(n * sizeof(T)));
+  const std::size_t bytes = aligned_bytes(n * sizeof(T));
+  block_cache().give(p, BlockCache::size_class(bytes));
+  memory_counter().released(bytes);
 }
+
+// Returns the cached free blocks to the driver (e.g. before handing the GPU to another library).
+inline void empty_cache() { block_cache().release(); }
 
 inline MemoryStats memory_stats() {
   return memory_counter().stats();

@@ -1,0 +1,160 @@
+// CUDA backend: the host side of the fused attention (kernels in detail/attention.cuh): the
+// per-document work list, the choice of row layout from head_dim, the launches, and the same
+// AttentionStats the CPU kernel reports (tiles and score elements actually computed).
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "megacpp/backends/cuda/detail/attention.cuh"
+#include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/memory.cuh"
+#include "megacpp/core/kernels/documents.hpp"
+
+namespace megacpp::cuda::flash {
+
+inline constexpr index_t kMaxHeadDim = 256;  // the largest row layout instantiated below
+
+// Calls f.template operator()<DPT, TPR>() for the smallest layout holding head_dim: 8, 16 and
+// 32 elements on one lane, then 2, 4 and 8 lanes of 32 (64, 128, 256).
+template <class F>
+void with_row_layout(index_t dim, F&& f) {
+  if (dim <= 8) f.template operator()<8, 1>();
+  else if (dim <= 16) f.template operator()<16, 1>();
+  else if (dim <= 32) f.template operator()<32, 1>();
+  else if (dim <= 64) f.template operator()<32, 2>();
+  else if (dim <= 128) f.template operator()<32, 4>();
+  else f.template operator()<32, 8>();
+}
+
+// The tiles of every document of every row, in row and document order; `rows` tokens per tile.
+template <class B>
+std::vector<WorkTile> document_tiles(const DocumentLayout<B>& docs, index_t rows) {
+  std::vector<WorkTile> work;
+  for (index_t b = 0; b < docs.batch; ++b)
+    for (const DocumentSpan& span : docs.spans[static_cast<std::size_t>(b)])
+      for (index_t t = 0; t < attention::tile_count(span.length, rows); ++t)
+        work.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(span.start),
+                        static_cast<std::int32_t>(span.length), static_cast<std::int32_t>(t)});
+  return work;
+}
+
+// The work list in device memory for the duration of one call.
+struct DeviceWork {
+  std::vector<WorkTile> host;
+  WorkTile* device = nullptr;
+  explicit DeviceWork(std::vector<WorkTile> tiles) : host(std::move(tiles)) {
+    device = allocate<WorkTile>(host.size());
+    copy_from_host<WorkTile>(device, host.data(), host.size());
+  }
+  ~DeviceWork() { deallocate<WorkTile>(device, host.size()); }
+  DeviceWork(const DeviceWork&) = delete;
+  DeviceWork& operator=(const DeviceWork&) = delete;
+  unsigned count() const { return static_cast<unsigned>(host.size()); }
+};
+
+// Tile pairs and score elements a query-tile kernel computes for `heads` heads (as the CPU counts).
+inline void count_query_tiles(const std::vector<WorkTile>& work, index_t rows, index_t heads, index_t window,
+                              AttentionStats& stats) {
+  for (const WorkTile& w : work) {
+    const index_t qs = static_cast<index_t>(w.tile) * rows, qe = qs + rows < w.len ? qs + rows : w.len;
+    const attention::TileRange kr = attention::key_tiles_for_queries(qs, qe, kKeyTile, window);
+    for (index_t kt = kr.first; kt < kr.last; ++kt) {
+      const index_t end = (kt + 1) * kKeyTile < w.len ? (kt + 1) * kKeyTile : w.len;
+      const attention::TileRange keys = attention::computed_keys(qs, qe, kt * kKeyTile, end, window);
+      stats.tiles += heads;
+      stats.scores += heads * (qe - qs) * (keys.last - keys.first);
+    }
+  }
+}
+
+template <class T>
+Geometry<T> geometry(const kernels::AttentionParams& p) {
+  check(p.head_dim <= kMaxHeadDim, "FusedAttention<Cuda>", "head_dim ", p.head_dim, " is above the CUDA kernel's ",
+        kMaxHeadDim, " (its largest register layout)");
+  check(p.heads <= 65535 && p.kv_heads <= 65535, "FusedAttention<Cuda>", "heads ", p.heads,
+        " exceed the grid's y dimension (65535)");
+  return {p.seq, p.heads, p.kv_heads, p.head_dim, p.group(), p.window, static_cast<T>(p.scale), static_cast<T>(p.softcap)};
+}
+
+// Dynamic shared memory above the default 48 KB needs an opt-in per kernel (H100: up to 227 KB).
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    MEGACPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+/// o, lse from q, k, v: padding tokens get o = 0 and lse = -inf, every document's query tiles
+/// one block per head.
+template <class T, class B>
+AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
+                       const kernels::AttentionForwardArgs<T>& a) {
+  const Geometry<T> g = geometry<T>(p);
+  const index_t tokens = p.batch * p.seq;
+  MEGACPP_CUDA_CHECK(cudaMemsetAsync(a.o, 0, static_cast<std::size_t>(tokens * p.heads * p.head_dim) * sizeof(T), kStream));
+  fill<T>(a.lse, static_cast<std::size_t>(tokens * p.heads), -std::numeric_limits<T>::infinity());
+  AttentionStats stats;
+  with_row_layout(p.head_dim, [&]<int DPT, int TPR>() {
+    using L = RowLayout<DPT, TPR>;
+    const DeviceWork work(document_tiles(docs, L::kRowsPerBlock));
+    stats.q_rows = L::kRowsPerBlock;
+    stats.tile_k = kKeyTile;
+    count_query_tiles(work.host, L::kRowsPerBlock, p.heads, p.window, stats);
+    if (work.count() == 0) return;
+    const std::size_t shared = 2 * kKeyTile * L::kRow * sizeof(T);
+    allow_shared_memory(forward_kernel<T, DPT, TPR>, shared);
+    forward_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
+        g, work.device, a.q, a.k, a.v, a.o, a.lse);
+    MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
+  });
+  return stats;
+}
+
+/// Adds dq, dk, dv (each may be null): D = rowsum(dO o O), then dK/dV by key tile, then dQ by
+/// query tile (always FlashAttention-2's two passes on the GPU: one writer per gradient row).
+template <class T, class B>
+AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
+                        const kernels::AttentionBackwardArgs<T>& a) {
+  AttentionStats stats;
+  if (!a.grad_q && !a.grad_k && !a.grad_v) return stats;
+  const Geometry<T> g = geometry<T>(p);
+  const index_t rows = p.batch * p.seq * p.heads;
+  T* drow = allocate<T>(static_cast<std::size_t>(rows));  // (batch, seq, heads)
+  struct Release {
+    T* ptr;
+    std::size_t n;
+    ~Release() { deallocate<T>(ptr, n); }
+  } release{drow, static_cast<std::size_t>(rows)};
+  output_dot_kernel<T><<<grid_for(rows), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
+  MEGACPP_CUDA_CHECK_LAUNCH(output_dot_kernel);
+  stats.two_pass = true;
+  with_row_layout(p.head_dim, [&]<int DPT, int TPR>() {
+    using L = RowLayout<DPT, TPR>;
+    const DeviceWork work(document_tiles(docs, L::kRowsPerBlock));
+    stats.q_rows = L::kRowsPerBlock;
+    stats.tile_k = kKeyTile;
+    if (work.count() == 0) return;
+    if (a.grad_k || a.grad_v) {
+      const std::size_t shared = (2 * kQueryChunk * L::kRow + 2 * kQueryChunk) * sizeof(T);
+      allow_shared_memory(key_value_grad_kernel<T, DPT, TPR>, shared);
+      key_value_grad_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.kv_heads)), kBlockThreads, shared,
+                                           kStream>>>(g, work.device, a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_k,
+                                                      a.grad_v);
+      MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
+    }
+    if (a.grad_q) {
+      count_query_tiles(work.host, L::kRowsPerBlock, p.heads, p.window, stats);
+      const std::size_t shared = 2 * kKeyTile * L::kRow * sizeof(T);
+      allow_shared_memory(query_grad_kernel<T, DPT, TPR>, shared);
+      query_grad_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared,
+                                       kStream>>>(g, work.device, a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_q);
+      MEGACPP_CUDA_CHECK_LAUNCH(query_grad_kernel);
+    }
+  });
+  return stats;
+}
+
+}  // namespace megacpp::cuda::flash

@@ -1,0 +1,153 @@
+// CUDA backend: the SSM scan, part 1 of 3: what the forward and the backward share (contract:
+// megacpp/core/kernels/ssm_scan.hpp; CPU reference: cpu/detail/ssm/{common,forward,backward}.hpp).
+// scan_forward.cuh and scan_backward.cuh hold the two passes.
+//
+// Per (batch row b, head h), with U_t = sum_r k_{t,r}^T v_{t,r} ((N, P) in the state's layout):
+//
+//   pre_t = H_{t-1} + shift_t U_{t-1}          the state entering token t (0 at a document start)
+//   H_t   = alpha_t pre_t + gamma_t U_t,       alpha_t = exp(log_alpha_t)
+//   y_{t,r} = H_t^T q_{t,r} + D_h v_{t,r}
+//
+// the recurrence of megacpp/nn/mamba/sequential_scan.hpp (Mamba-3's trapezoid, arXiv 2603.15569;
+// Mamba-2's SSD with shift = 0, arXiv 2405.21060), walked token by token rather than in the CPU's
+// chunked matrix form: O(T N P) work like the chunked form, with no intra-chunk matrices. The
+// chunk plan is still the contract's (plan_row_chunks on the host, uploaded as a table): the
+// forward saves pre_t at every chunk's first token, which is exactly the CPU's "state entering
+// the chunk" S = H_{e'} + sigma_{e'} U_{e'}, and the backward recomputes each chunk's states from
+// it, so the chunk states the two backends save are interchangeable.
+//
+// Grid: one block per (b, h) item (grid-stride when there are more items than kScanBlocks). The
+// block's threads own the (N, P) state elements (thread i owns e = i, i + blockDim, ...; n = e / P,
+// p = e % P), each element's chain over tokens on one thread; the state lives in global scratch
+// (kScanBlocks blocks' worth, L1/L2 resident at these sizes), so N P may be any size: no shared
+// memory beyond block_reduce's 32 values. Sums across elements (y over n, dq and dk over p, the
+// per-token scalars over (n, p)) run after a __syncthreads, each in a fixed order: one thread per
+// output looping in index order, or block_sum's fixed tree. No atomics: bitwise reproducible.
+//
+// Parallelism is batch x heads blocks of N P threads, serial in seq: enough to check the
+// contract and to train small models; a chunk-parallel kernel (the chunked form of the CPU
+// backend, or the Mamba-3 reference's Triton/TileLang kernels) is the fast path to write next.
+//
+// Every per-thread step is a MEGACPP_HD function (below and in the two pass headers): the kernels
+// call them between barriers, and a host program can call the same functions in loops over
+// threads to check the algorithm against SsmScan<Cpu> without a GPU. That is how this code was
+// checked (every case of tests/support/kernel_cases/ssm_scan.hpp and more, 1e-15 in double);
+// compiled by the CUDA build, not yet run on a GPU.
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/memory.cuh"
+#include "megacpp/core/config.hpp"
+#include "megacpp/core/error.hpp"
+#include "megacpp/core/kernels/ssm_scan.hpp"
+
+namespace megacpp::cuda::ssm {
+
+using kernels::ScanChunk;
+using kernels::ScanParams;
+
+// Blocks of a scan launch (items beyond it are grid-strided): about two per SM of an H100
+// (132 SMs), and the number of per-block scratch slots each pass allocates.
+inline constexpr index_t kScanBlocks = 256;
+
+// What every thread of a scan kernel reads. chunks: (batch, max_chunks) on the device, each row's
+// plan_row_chunks in order, padded with length-0 entries.
+template <class T>
+struct ScanView {
+  ScanParams sh;
+  kernels::ScanOperands<T> in;
+  const ScanChunk* chunks = nullptr;
+
+  MEGACPP_HD index_t state_size() const { return sh.d_state * sh.head_dim; }
+  // Offsets of token bt = b * seq + t's rows for head h: q, k (R, N) of h's group; v, y (R, P);
+  // per-head gradients dq, dk (R, N); the per-token scalars.
+  MEGACPP_HD index_t qk_row(index_t bt, index_t h) const {
+    return (bt * sh.groups + h / (sh.heads / sh.groups)) * sh.rank * sh.d_state;
+  }
+  MEGACPP_HD index_t vy_row(index_t bt, index_t h) const { return (bt * sh.heads + h) * sh.rank * sh.head_dim; }
+  MEGACPP_HD index_t dqk_row(index_t bt, index_t h) const { return (bt * sh.heads + h) * sh.rank * sh.d_state; }
+  MEGACPP_HD index_t scalar(index_t bt, index_t h) const { return bt * sh.heads + h; }
+  // Chunk ci of row b (length 0 past the row's last chunk).
+  MEGACPP_HD ScanChunk chunk(index_t b, index_t ci) const { return chunks[b * sh.max_chunks + ci]; }
+  // The saved state entering chunk ci of (b, h): (N, P) in chunk_states.
+  MEGACPP_HD index_t saved_state(index_t b, index_t h, index_t ci) const {
+    return ((b * sh.heads + h) * sh.max_chunks + ci) * state_size();
+  }
+};
+
+// U_t[n, p] = sum_r k_{t,r,n} v_{t,r,p} for token bt and head h (r in order).
+template <class T>
+MEGACPP_HD T rank_input(const ScanView<T>& s, index_t bt, index_t h, index_t n, index_t p) {
+  const index_t N = s.sh.d_state, P = s.sh.head_dim;
+  const T* k = s.in.k + s.qk_row(bt, h);
+  const T* v = s.in.v + s.vy_row(bt, h);
+  T u = T(0);
+  for (index_t r = 0; r < s.sh.rank; ++r) u += k[r * N + n] * v[r * P + p];
+  return u;
+}
+
+// pre_t[n, p] = H_{t-1}[n, p] + shift_t U_{t-1}[n, p] for a token t that does not start a document.
+template <class T>
+MEGACPP_HD T entering_state(const ScanView<T>& s, index_t bt, index_t h, T h_prev, index_t n, index_t p) {
+  if (!s.in.shift) return h_prev;
+  return h_prev + s.in.shift[s.scalar(bt, h)] * rank_input(s, bt - 1, h, n, p);
+}
+
+// H_t[n, p] = alpha_t pre_t + gamma_t U_t; at a document's first token only gamma_t U_t (its
+// alpha multiplies a zero state, and the CPU kernel never reads that log_alpha either).
+template <class T>
+MEGACPP_HD T next_state(const ScanView<T>& s, index_t bt, index_t h, bool doc_start, T pre, index_t n, index_t p) {
+  using std::exp;
+  const T gu = s.in.gamma[s.scalar(bt, h)] * rank_input(s, bt, h, n, p);
+  return doc_start ? gu : exp(s.in.log_alpha[s.scalar(bt, h)]) * pre + gu;
+}
+
+// Device memory for the duration of one call (freed on every exit path, exceptions included).
+template <class T>
+class ScanScratch {
+ public:
+  explicit ScanScratch(std::size_t n) : n_(n), data_(allocate<T>(n)) {}
+  ~ScanScratch() { deallocate<T>(data_, n_); }
+  ScanScratch(const ScanScratch&) = delete;
+  ScanScratch& operator=(const ScanScratch&) = delete;
+  T* get() const { return data_; }
+
+ private:
+  std::size_t n_;
+  T* data_;
+};
+
+// Checks the sizes (the statement of what the kernels assume) and returns every row's chunk plan,
+// (batch, max_chunks) padded with length-0 chunks: plan_row_chunks, as the CPU kernel plans.
+inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, const std::vector<std::int32_t>& doc_ids) {
+  check(sh.batch >= 0 && sh.seq >= 0 && sh.rank >= 1 && sh.d_state >= 1 && sh.head_dim >= 1 && sh.chunk_size >= 1, op,
+        "sizes must be positive: rank ", sh.rank, ", d_state ", sh.d_state, ", head_dim ", sh.head_dim,
+        ", chunk_size ", sh.chunk_size);
+  check(sh.groups >= 1 && sh.heads % sh.groups == 0, op, "heads ", sh.heads, " are not a multiple of groups ",
+        sh.groups, " (head h reads group h / (heads / groups))");
+  check(static_cast<index_t>(doc_ids.size()) == sh.batch * sh.seq, op, "the layout's doc_ids_host holds ",
+        doc_ids.size(), " ids, the scan has (batch, seq) = (", sh.batch, ", ", sh.seq, ")");
+  std::vector<ScanChunk> table(static_cast<std::size_t>(sh.batch * sh.max_chunks)), row;
+  for (index_t b = 0; b < sh.batch; ++b) {
+    kernels::plan_row_chunks(doc_ids.data() + b * sh.seq, sh.seq, sh.chunk_size, row);
+    check(static_cast<index_t>(row.size()) <= sh.max_chunks, op, "row ", b, " has ", row.size(),
+          " chunks but max_chunks is ", sh.max_chunks, ": pass max_chunks_per_row(...) for this layout");
+    for (std::size_t ci = 0; ci < row.size(); ++ci) table[static_cast<std::size_t>(b * sh.max_chunks) + ci] = row[ci];
+  }
+  return table;
+}
+
+// The chunk table on the device for one call.
+struct DeviceChunks {
+  ScanScratch<ScanChunk> device;
+  explicit DeviceChunks(const std::vector<ScanChunk>& table) : device(table.size()) {
+    copy_from_host<ScanChunk>(device.get(), table.data(), table.size());
+  }
+};
+
+}  // namespace megacpp::cuda::ssm

@@ -1,0 +1,225 @@
+// CUDA backend: the SSM scan, part 3 of 3: the backward (equations and design: scan.cuh).
+//
+// Reverse-mode through the recurrence, per (b, h) and token t, with G_t = dL/dH_t and
+// A_t = alpha_{t+1} G_{t+1} (0 after a document's last token):
+//
+//   G_t        = A_t + sum_r q_{t,r} dy_{t,r}^T                      (N, P)
+//   dU_t       = gamma_t G_t + shift_{t+1} A_t                         (shift_{t+1}: 0 after the document)
+//   dq_{t,r,n} = sum_p H_t[n, p] dy_{t,r,p}       dk_{t,r,n} = sum_p dU_t[n, p] v_{t,r,p}
+//   dv_{t,r,p} = sum_n dU_t[n, p] k_{t,r,n} + D_h dy_{t,r,p}
+//   dgamma_t   = <G_t, U_t>;  and where t does not start a document:
+//   dlog_alpha_t = alpha_t <G_t, pre_t>,  dshift_t = alpha_t <G_t, U_{t-1}>,  A_{t-1} = alpha_t G_t
+//   dD_h       = sum_{b,t,r,p} dy_{t,r,p} v_{t,r,p}
+//
+// Per (b, h) block, the row's chunks in reverse; per chunk:
+//   phase 0 (thread per state element): H_t of the chunk's tokens recomputed from the saved state
+//            entering it, by the forward's own functions (entering_state, next_state), into scratch
+//   then per token, last to first:
+//   phase 1 (thread per state element e = (n, p)): G_t, dU_t (to scratch), A_{t-1} (in place) and
+//            the thread's partial sums of the three per-token scalars; barrier; block_sum of each
+//   phase 2 (thread per (r, n) and per (r, p)): dq, dk (sums over p in order), dv (over n in
+//            order); thread 0 adds the scalars; barrier
+// dD: each block's dy . v over its (b, h), block_sum'd into (batch, heads) scratch, then one thread
+// per head adds the rows in order (the CPU kernel's order over rows).
+//
+// Scratch per block: the chunk's states (L, N, P), L = min(chunk_size, seq), A and dU (N, P):
+// kScanBlocks (L + 2) N P values: 138 M values (553 MB in float) at L = 64, N = 128, P = 64.
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include "megacpp/backends/cuda/detail/block_reduce.cuh"
+#include "megacpp/backends/cuda/detail/ssm/scan.cuh"
+
+namespace megacpp::cuda::ssm {
+
+// What the backward reads and writes besides the forward's view.
+template <class T>
+struct ScanBackwardArgs {
+  const T* dy = nullptr;            // (batch, seq, heads, R, P)
+  const T* chunk_states = nullptr;  // (batch, heads, max_chunks, N, P): the forward's
+  kernels::ScanGradients<T> grads;  // each may be null
+  T* dD_rows = nullptr;             // (batch, heads) scratch: each (b, h)'s dD, when grads.D is set
+};
+
+// Per-token sums over the state's (n, p): one thread's partial sums, then the block's totals.
+template <class T>
+struct TokenSums {
+  T dlog_alpha = T(0);  // <G_t, pre_t>, before the factor alpha_t
+  T dgamma = T(0);      // <G_t, U_t>
+  T dshift = T(0);      // <G_t, U_{t-1}>, before the factor alpha_t
+};
+
+// Phase 0: Hc[i] = H_t for the chunk's tokens (Hc: (L, N, P)) from S, the saved state entering
+// chunk c (not read at a document's first chunk); A = 0 after a document's last chunk.
+template <class T>
+MEGACPP_HD void backward_recompute_phase(const ScanView<T>& s, index_t b, index_t h, const ScanChunk& c, const T* S,
+                                         T* Hc, T* A, index_t tid, index_t threads) {
+  const index_t P = s.sh.head_dim, NP = s.state_size(), bt0 = b * s.sh.seq + c.start;
+  for (index_t e = tid; e < NP; e += threads) {
+    const index_t n = e / P, p = e % P;
+    T state = T(0);
+    for (index_t i = 0; i < c.length; ++i) {
+      const bool doc_start = i == 0 && c.first_in_doc;
+      const T pre = doc_start ? T(0) : i == 0 ? S[e] : entering_state(s, bt0 + i, h, state, n, p);
+      state = next_state(s, bt0 + i, h, doc_start, pre, n, p);
+      Hc[i * NP + e] = state;
+    }
+    if (c.last_in_doc) A[e] = T(0);
+  }
+}
+
+// Phase 1 for token i of chunk c: G_t from A (which becomes A_{t-1}), dU_t into dU, and this
+// thread's partial TokenSums.
+template <class T>
+MEGACPP_HD TokenSums<T> backward_state_phase(const ScanView<T>& s, const ScanBackwardArgs<T>& a, index_t b, index_t h,
+                                             const ScanChunk& c, index_t i, const T* S, const T* Hc, T* A, T* dU,
+                                             index_t tid, index_t threads) {
+  using std::exp;
+  const index_t N = s.sh.d_state, P = s.sh.head_dim, NP = s.state_size(), bt = b * s.sh.seq + c.start + i;
+  const bool doc_start = i == 0 && c.first_in_doc, has_next = i + 1 < c.length || !c.last_in_doc;
+  const T* q = s.in.q + s.qk_row(bt, h);
+  const T* dy = a.dy + s.vy_row(bt, h);
+  const T gamma = s.in.gamma[s.scalar(bt, h)];
+  const T shift_next = has_next && s.in.shift ? s.in.shift[s.scalar(bt + 1, h)] : T(0);
+  const T alpha = doc_start ? T(0) : exp(s.in.log_alpha[s.scalar(bt, h)]);
+  TokenSums<T> part;
+  for (index_t e = tid; e < NP; e += threads) {
+    const index_t n = e / P, p = e % P;
+    const T carried = A[e];
+    T G = carried;
+    for (index_t r = 0; r < s.sh.rank; ++r) G += q[r * N + n] * dy[r * P + p];
+    dU[e] = gamma * G + shift_next * carried;
+    part.dgamma += G * rank_input(s, bt, h, n, p);
+    if (!doc_start) {
+      const T pre = i == 0 ? S[e] : entering_state(s, bt, h, Hc[(i - 1) * NP + e], n, p);
+      part.dlog_alpha += G * pre;
+      if (a.grads.shift) part.dshift += G * rank_input(s, bt - 1, h, n, p);
+    }
+    A[e] = doc_start ? T(0) : alpha * G;  // nothing flows into the previous document
+  }
+  return part;
+}
+
+// Phase 2 for token i of chunk c: dq, dk, dv rows, dD's partial (this thread's (r, p) columns),
+// and, on thread 0, the per-token scalars from the block's totals.
+template <class T>
+MEGACPP_HD void backward_output_phase(const ScanView<T>& s, const ScanBackwardArgs<T>& a, index_t b, index_t h,
+                                      const ScanChunk& c, index_t i, const T* Hc, const T* dU, const TokenSums<T>& total,
+                                      T& dD_partial, index_t tid, index_t threads) {
+  using std::exp;
+  const index_t N = s.sh.d_state, P = s.sh.head_dim, R = s.sh.rank, bt = b * s.sh.seq + c.start + i;
+  const kernels::ScanGradients<T>& g = a.grads;
+  const T* k = s.in.k + s.qk_row(bt, h);
+  const T* v = s.in.v + s.vy_row(bt, h);
+  const T* dy = a.dy + s.vy_row(bt, h);
+  const T* H = Hc + i * s.state_size();
+  if (g.q || g.k)
+    for (index_t j = tid; j < R * N; j += threads) {
+      const index_t r = j / N, n = j % N;
+      if (g.q) {
+        T acc = T(0);
+        for (index_t p = 0; p < P; ++p) acc += H[n * P + p] * dy[r * P + p];
+        g.q[s.dqk_row(bt, h) + j] += acc;
+      }
+      if (g.k) {
+        T acc = T(0);
+        for (index_t p = 0; p < P; ++p) acc += dU[n * P + p] * v[r * P + p];
+        g.k[s.dqk_row(bt, h) + j] += acc;
+      }
+    }
+  const T D = s.in.D ? s.in.D[h] : T(0);
+  for (index_t j = tid; j < R * P; j += threads) {
+    const index_t r = j / P, p = j % P;
+    if (g.v) {
+      T acc = D * dy[j];
+      for (index_t n = 0; n < N; ++n) acc += dU[n * P + p] * k[r * N + n];
+      g.v[s.vy_row(bt, h) + j] += acc;
+    }
+    if (g.D) dD_partial += dy[j] * v[j];
+  }
+  if (tid == 0) {
+    const index_t at = s.scalar(bt, h);
+    if (g.gamma) g.gamma[at] += total.dgamma;
+    if (!(i == 0 && c.first_in_doc)) {  // a document's first log_alpha and shift multiply zero
+      const T alpha = exp(s.in.log_alpha[at]);
+      if (g.log_alpha) g.log_alpha[at] += alpha * total.dlog_alpha;
+      if (g.shift) g.shift[at] += alpha * total.dshift;
+    }
+  }
+}
+
+// One block per (b, h) item; scratch per block: (chunk_rows + 2, N, P) = Hc, A, dU.
+template <class T>
+__global__ void scan_backward_kernel(ScanView<T> s, ScanBackwardArgs<T> a, T* scratch, index_t chunk_rows) {
+  const index_t tid = threadIdx.x, threads = blockDim.x, NP = s.state_size();
+  T* Hc = scratch + static_cast<index_t>(blockIdx.x) * (chunk_rows + 2) * NP;
+  T* A = Hc + chunk_rows * NP;
+  T* dU = A + NP;
+  for (index_t item = blockIdx.x; item < s.sh.batch * s.sh.heads; item += gridDim.x) {
+    const index_t b = item / s.sh.heads, h = item % s.sh.heads;
+    T dD_partial = T(0);
+    for (index_t ci = s.sh.max_chunks - 1; ci >= 0; --ci) {
+      const ScanChunk c = s.chunk(b, ci);
+      if (c.length == 0) continue;  // past the row's last chunk
+      const T* S = a.chunk_states + s.saved_state(b, h, ci);
+      backward_recompute_phase(s, b, h, c, S, Hc, A, tid, threads);
+      __syncthreads();
+      for (index_t i = c.length - 1; i >= 0; --i) {
+        const TokenSums<T> part = backward_state_phase(s, a, b, h, c, i, S, Hc, A, dU, tid, threads);
+        __syncthreads();
+        // Block-uniform conditions: every thread reaches the same block_sum calls.
+        TokenSums<T> total;
+        if (a.grads.gamma) total.dgamma = block_sum(part.dgamma);
+        if (!(i == 0 && c.first_in_doc)) {
+          if (a.grads.log_alpha) total.dlog_alpha = block_sum(part.dlog_alpha);
+          if (a.grads.shift) total.dshift = block_sum(part.dshift);
+        }
+        backward_output_phase(s, a, b, h, c, i, Hc, dU, total, dD_partial, tid, threads);
+        __syncthreads();  // the next token's phase 1 overwrites dU
+      }
+    }
+    if (a.grads.D) {
+      const T dD = block_sum(dD_partial);
+      if (tid == 0) a.dD_rows[item] = dD;
+    }
+  }
+}
+
+// dD[h] += sum_b dD_rows[b, h], rows in order: one thread per head.
+template <class T>
+__global__ void scan_dD_kernel(index_t batch, index_t heads, const T* dD_rows, T* dD) {
+  for (index_t h = global_thread(); h < heads; h += grid_stride()) {
+    T acc = dD[h];
+    for (index_t b = 0; b < batch; ++b) acc += dD_rows[b * heads + h];
+    dD[h] = acc;
+  }
+}
+
+// Adds into every gradient of `grads` that is not null (dq, dk per head), given dy and the states
+// the forward saved.
+template <class T>
+void scan_backward(const ScanParams& sh, const std::vector<std::int32_t>& doc_ids_host,
+                   const kernels::ScanOperands<T>& in, const T* dy, const T* chunk_states,
+                   const kernels::ScanGradients<T>& grads) {
+  const char* op = "SsmScan<Cuda>::backward";
+  const std::vector<ScanChunk> plan = plan_scan(op, sh, doc_ids_host);
+  const index_t items = sh.batch * sh.heads;
+  if (items == 0 || sh.seq == 0) return;
+  if (!grads.q && !grads.k && !grads.v && !grads.log_alpha && !grads.gamma && !grads.shift && !grads.D) return;
+  check(chunk_states != nullptr, op, "needs the chunk states the forward saved (forward with chunk_states set)");
+  const DeviceChunks chunks(plan);
+  const index_t blocks = items < kScanBlocks ? items : kScanBlocks;
+  const index_t chunk_rows = sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq;
+  const ScanScratch<T> scratch(static_cast<std::size_t>(blocks * (chunk_rows + 2) * sh.d_state * sh.head_dim));
+  const ScanScratch<T> dD_rows(grads.D ? static_cast<std::size_t>(items) : 0);
+  const ScanView<T> s{sh, in, chunks.device.get()};
+  const ScanBackwardArgs<T> a{dy, chunk_states, grads, dD_rows.get()};
+  scan_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, a, scratch.get(), chunk_rows);
+  MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_kernel);
+  if (grads.D) {
+    scan_dD_kernel<T><<<grid_for(sh.heads), kThreads, 0, kStream>>>(sh.batch, sh.heads, dD_rows.get(), grads.D);
+    MEGACPP_CUDA_CHECK_LAUNCH(scan_dD_kernel);
+  }
+}
+
+}  // namespace megacpp::cuda::ssm

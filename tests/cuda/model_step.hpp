@@ -1,0 +1,75 @@
+// tests/cuda/model_step.hpp: a whole model's training step (forward, loss, backward), written
+// once for any backend, so that the CPU translation unit (cpu_reference.cpp) and the CUDA one
+// (test_cuda_backend.cu) run the same step on the same weights and batch and compare the loss
+// and every parameter's gradient (the CUDA issue's "whole train step, backend against backend").
+//
+// The model is a one-block LM of the recipe's letters (tests/support/masking_batch.hpp): its
+// weights come from the seeded generator on the host, so both backends start bitwise equal. The
+// batch is the packed one of the masking tests: 8 documents in 2 rows of 96, one row starting
+// mid-document, a document longer than a scan chunk.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "support/backend_harness.hpp"
+#include "support/masking_batch.hpp"
+
+namespace megacpp::backend_test {
+
+// The patterns compared (one block each): attention, Mamba-3.
+inline const std::vector<std::string>& model_step_patterns() {
+  static const std::vector<std::string> patterns{"A", "M"};
+  return patterns;
+}
+
+// Loss, then the gradient of every parameter in for_each_param order.
+template <class T, Backend B, FixedString P>
+testing::Outputs model_step_outputs() {
+  using Model = testing::OneBlockLMOn<T, B, P>;
+  Model model(11);
+  testing::randomise_matrices(model, 12);
+  using Batch = testing::MaskingBatch;
+  const Batch data(static_cast<std::int32_t>(Model::dims.vocab));
+  const auto docs = DocumentLayout<B>::from_tokens(data.ids, Batch::batch, Batch::seq, Batch::bos);
+  const auto ids = Tensor<std::int32_t, B>::from_host(Shape{Batch::batch, Batch::seq}, data.ids);
+  const auto targets = Tensor<std::int32_t, B>::from_host(Shape{Batch::batch, Batch::seq}, data.targets);
+  const Var<T, B> loss = model.loss(ids, targets, Tensor<T, B>(), docs);
+  backward(loss);
+  testing::Outputs out{testing::Harness<T, B>::doubles(loss.value())};
+  model.for_each_param([&](const std::string&, Param<T, B>& p) {
+    const Tensor<T, B>& g = p.var.grad();
+    out.push_back(g.defined() ? testing::Harness<T, B>::doubles(g)
+                              : std::vector<double>(static_cast<std::size_t>(p.var.numel()), 0.0));
+  });
+  return out;
+}
+
+// True when backend B implements every kernel the pattern's block reaches.
+template <Backend B>
+bool model_step_runs_on(std::size_t index) {
+  if (index == 0) return kernels::FusedAttention<B>::available;
+  return kernels::SsmScan<B>::available && kernels::SsmRotary<B>::available && kernels::CausalConv1d<B>::available;
+}
+
+// Calls f.template operator()<P>() with pattern model_step_patterns()[index], for backends that
+// implement its kernels (a layer reaching a kernel B lacks does not compile).
+template <Backend B, class F>
+void with_model_step_pattern(std::size_t index, F&& f) {
+  if (index == 0) {
+    if constexpr (kernels::FusedAttention<B>::available) f.template operator()<"A">();
+  } else if constexpr (kernels::SsmScan<B>::available && kernels::SsmRotary<B>::available &&
+                       kernels::CausalConv1d<B>::available) {
+    f.template operator()<"M">();
+  }
+}
+
+// model_step_outputs for pattern model_step_patterns()[index] (empty when B lacks its kernels).
+template <class T, Backend B>
+testing::Outputs model_step_outputs(std::size_t index) {
+  testing::Outputs out;
+  with_model_step_pattern<B>(index, [&]<FixedString P>() { out = model_step_outputs<T, B, P>(); });
+  return out;
+}
+
+}  // namespace megacpp::backend_test
