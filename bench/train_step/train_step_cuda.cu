@@ -9,6 +9,7 @@
 // bf16, 67 TFLOP/s fp32 (cuBLAS fp32 runs without TF32 here). Median of 10 steps after 3 warm-ups.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cuda_bench.cuh"
 #include "megacpp/nn/model.hpp"
@@ -41,7 +42,7 @@ constexpr std::int32_t kBos = 0;
 constexpr double kBf16PeakTflops = 989.0, kFp32PeakTflops = 67.0;  // H100 SXM datasheet, dense
 
 struct Figures {
-  double ms = 0, tokens_per_s = 0, tflops = 0, loss = 0;
+  double ms = 0, forward_ms = 0, optimizer_ms = 0, tokens_per_s = 0, tflops = 0, loss = 0;
 };
 
 template <PrecisionPolicy P>
@@ -70,6 +71,14 @@ Figures run(const char* name) {
   Figures f;
   f.ms = bench::median_ms(step, 3, 10);
   f.loss = loss;
+  // Where the step goes: the forward (with its graph) alone, and AdamW's update alone.
+  f.forward_ms = bench::median_ms([&] { loss = model.loss(in, tg, mask, docs).item(); }, 1, 5);
+  {
+    const auto l = model.loss(in, tg, mask, docs);
+    backward(l);
+    f.optimizer_ms = bench::median_ms([&] { opt.step(); }, 1, 5);
+    opt.zero_grad();
+  }
   index_t matrix_params = 0;
   model.for_each_param([&](const std::string&, Param<float, Cuda>& p) {
     if (p.shape().rank() == 2) matrix_params += p.numel();
@@ -79,9 +88,30 @@ Figures run(const char* name) {
   const double flops = (6.0 * static_cast<double>(matrix_params) + kBenchDims.n_layers * attn_per_token) * kBatch * kSeq;
   f.tokens_per_s = static_cast<double>(kBatch * kSeq) / (f.ms * 1e-3);
   f.tflops = flops / (f.ms * 1e-3) * 1e-12;
-  std::printf("%-6s step %8.2f ms, %10.0f tokens/s, %6.2f TFLOP/s useful, loss %.4f\n", name, f.ms, f.tokens_per_s,
-              f.tflops, f.loss);
+  std::printf("%-6s step %8.2f ms (forward %.2f, AdamW %.2f, backward the rest), %10.0f tokens/s, %6.2f TFLOP/s useful, "
+              "loss %.4f\n", name, f.ms, f.forward_ms, f.optimizer_ms, f.tokens_per_s, f.tflops, f.loss);
   return f;
+}
+// The fused attention's share of the step: its forward and backward at the model's shapes (q
+// (B, T, 8, 64), k and v (B, T, 2, 64), 8 documents per row), times the model's layers.
+double attention_ms_per_step() {
+  const index_t heads = kBenchAttention.n_heads, kv = kBenchAttention.kv_heads(),
+                dim = kBenchAttention.head_dim_for(kBenchDims.d_model);
+  const auto docs = DocumentLayout<Cuda>::from_lengths(
+      std::vector<std::vector<index_t>>(kBatch, std::vector<index_t>(kSeq / kDocLen, kDocLen)));
+  Rng rng(3);
+  const Shape qs{kBatch, kSeq, heads, dim}, ks{kBatch, kSeq, kv, dim};
+  const auto q = randn<float, Cuda>(qs, rng), k = randn<float, Cuda>(ks, rng), v = randn<float, Cuda>(ks, rng);
+  const auto grad_o = randn<float, Cuda>(qs, rng);
+  Tensor<float, Cuda> o(qs), lse(Shape{kBatch, kSeq, heads});
+  auto dq = Tensor<float, Cuda>::zeros(qs), dk = Tensor<float, Cuda>::zeros(ks), dv = Tensor<float, Cuda>::zeros(ks);
+  const kernels::AttentionParams p = kernels::attention_params("bench", qs, ks, ks, docs, AttentionOptions{});
+  using Kernel = kernels::FusedAttention<Cuda>;
+  return kBenchDims.n_layers * bench::median_ms([&] {
+    Kernel::forward<float>(p, docs, {q.data(), k.data(), v.data(), o.data(), lse.data()});
+    Kernel::backward<float>(p, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), grad_o.data(), dq.data(),
+                                      dk.data(), dv.data()});
+  });
 }
 }  // namespace
 
@@ -92,6 +122,9 @@ int main() {
   const Figures fp32 = run<Fp32>("fp32");
   const Figures bf16 = run<Bf16Mixed>("bf16");
   const double mfu_bf16 = bf16.tflops / kBf16PeakTflops, mfu_fp32 = fp32.tflops / kFp32PeakTflops;
+  const double attention_ms = attention_ms_per_step();
+  std::printf("fused attention (fp32 CUDA cores) forward+backward, all %lld layers: %.2f ms of the bf16 step's %.2f\n",
+              static_cast<long long>(kBenchDims.n_layers), attention_ms, bf16.ms);
   std::printf("\nMFU: bf16 %.4f of %.0f TFLOP/s, fp32 %.4f of %.0f TFLOP/s (target 0.30, bf16)\n", mfu_bf16,
               kBf16PeakTflops, mfu_fp32, kFp32PeakTflops);
   bench::JsonLine json("train_step_cuda");
@@ -100,7 +133,10 @@ int main() {
       .add("cuda_mfu_dense", mfu_bf16, 4)
       .add("cuda_tokens_per_s_dense_fp32", fp32.tokens_per_s, 0)
       .add("cuda_mfu_dense_fp32", mfu_fp32, 4)
-      .add("cuda_step_ms_dense_bf16", bf16.ms, 2);
+      .add("cuda_step_ms_dense_bf16", bf16.ms, 2)
+      .add("cuda_forward_ms_dense_bf16", bf16.forward_ms, 2)
+      .add("cuda_adamw_ms_dense_bf16", bf16.optimizer_ms, 2)
+      .add("cuda_attention_ms_dense", attention_ms, 2);
   json.print();
   return 0;
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,10 @@ std::vector<std::vector<double>> cpu_kernel_outputs(std::size_t contract, std::s
 // Loss and parameter gradients of the whole-model step model_step_patterns()[pattern]
 // (model_step.hpp) on the CPU backend, in float or double.
 std::vector<std::vector<double>> cpu_model_step(std::size_t pattern, bool use_double);
+
+// The tiny "AAM" model loaded on the CPU from `path` (written by the CUDA test): its greedy
+// continuation of `prompt` by n_new tokens (model_step.hpp, generate_from_checkpoint).
+std::vector<std::int32_t> cpu_generate_from_checkpoint(const std::string& path, const std::vector<std::int32_t>& prompt,
+                                                       long long n_new);
 
 }  // namespace megacpp::backend_test

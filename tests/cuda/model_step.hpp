@@ -9,11 +9,15 @@
 // mid-document, a document longer than a scan chunk.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "support/backend_harness.hpp"
 #include "support/masking_batch.hpp"
+
+#include "megacpp/io/checkpoint.hpp"
+#include "megacpp/nn/model/sampling.hpp"
 
 namespace megacpp::backend_test {
 
@@ -70,6 +74,18 @@ testing::Outputs model_step_outputs(std::size_t index) {
   testing::Outputs out;
   with_model_step_pattern<B>(index, [&]<FixedString P>() { out = model_step_outputs<T, B, P>(); });
   return out;
+}
+
+// The tiny "AAM" model's greedy continuation of `prompt` (n_new tokens) after loading its weights
+// from a checkpoint written by the other backend: the CPU translation unit answers
+// cpu_generate_from_checkpoint with it, and the CUDA test compares with its own.
+template <Backend B>
+std::vector<std::int32_t> generate_from_checkpoint(const std::string& path, const std::vector<std::int32_t>& prompt,
+                                                   index_t n_new) {
+  TinyLM<float, B> model(99);  // another seed: every weight must come from the file
+  io::load_model(path, model, "megacpp.tests.cuda.tiny");
+  Rng rng(0);
+  return generate(model, prompt, n_new, SamplingOptions{.temperature = 0.0}, rng, /*bos_id=*/0);
 }
 
 }  // namespace megacpp::backend_test

@@ -1,6 +1,7 @@
 // megacpp/backends/cuda/kernels/ssm_scan.cuh: SsmScan<Cuda>, the SSM scan of Mamba-3 and Mamba-2
-// as the literal recurrence, one block per (row, head), threads over the (N, P) state
-// (detail/ssm/scan.cuh, scan_forward.cuh, scan_backward.cuh). Included by
+// as the literal recurrence inside each chunk, parallel over (row, head, chunk) blocks with the
+// state and its gradient carried across chunks by one short pass each (detail/ssm/scan.cuh,
+// scan_chunks.cuh, scan_forward.cuh, scan_backward.cuh). Included by
 // megacpp/backends/cuda.cuh after `Cuda` is defined.
 #pragma once
 
@@ -13,7 +14,7 @@
 
 namespace megacpp::kernels {
 
-/// The CUDA SSM scan: the recurrence token by token per (row, head) block, the chunk plan and the
+/// The CUDA SSM scan: the recurrence token by token per (row, head, chunk) block, the chunk plan and the
 /// saved states of the contract (the states entering each chunk, as SsmScan<Cpu> saves them).
 /// The chunk plan is made on the host from docs.doc_ids_host.
 template <>

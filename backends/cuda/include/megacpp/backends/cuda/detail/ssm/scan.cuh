@@ -1,6 +1,7 @@
-// CUDA backend: the SSM scan, part 1 of 3: what the forward and the backward share (contract:
+// CUDA backend: the SSM scan, part 1 of 4: what the passes share (contract:
 // megacpp/core/kernels/ssm_scan.hpp; CPU reference: cpu/detail/ssm/{common,forward,backward}.hpp).
-// scan_forward.cuh and scan_backward.cuh hold the two passes.
+// scan_chunks.cuh carries states and gradients across chunks; scan_forward.cuh and
+// scan_backward.cuh hold the per-chunk passes and the launches.
 //
 // Per (batch row b, head h), with U_t = sum_r k_{t,r}^T v_{t,r} ((N, P) in the state's layout):
 //
@@ -9,30 +10,38 @@
 //   y_{t,r} = H_t^T q_{t,r} + D_h v_{t,r}
 //
 // the recurrence of megacpp/nn/mamba/sequential_scan.hpp (Mamba-3's trapezoid, arXiv 2603.15569;
-// Mamba-2's SSD with shift = 0, arXiv 2405.21060), walked token by token rather than in the CPU's
-// chunked matrix form: O(T N P) work like the chunked form, with no intra-chunk matrices. The
-// chunk plan is still the contract's (plan_row_chunks on the host, uploaded as a table): the
-// forward saves pre_t at every chunk's first token, which is exactly the CPU's "state entering
-// the chunk" S = H_{e'} + sigma_{e'} U_{e'}, and the backward recomputes each chunk's states from
-// it, so the chunk states the two backends save are interchangeable.
+// Mamba-2's SSD with shift = 0, arXiv 2405.21060), walked token by token inside each chunk rather
+// than in the CPU's chunked matrix form: O(T N P) work, with no intra-chunk matrices. The chunk
+// plan is the contract's (plan_row_chunks on the host, uploaded as a table); chunks never cross a
+// document. The state entering chunk c, E_c = pre_t at its first token (0 at a document's first
+// chunk), is exactly the CPU's saved "state entering the chunk", so the two backends' chunk
+// states are interchangeable.
 //
-// Grid: one block per (b, h) item (grid-stride when there are more items than kScanBlocks). The
-// block's threads own the (N, P) state elements (thread i owns e = i, i + blockDim, ...; n = e / P,
-// p = e % P), each element's chain over tokens on one thread; the state lives in global scratch
-// (kScanBlocks blocks' worth, L1/L2 resident at these sizes), so N P may be any size: no shared
-// memory beyond block_reduce's 32 values. Sums across elements (y over n, dq and dk over p, the
-// per-token scalars over (n, p)) run after a __syncthreads, each in a fixed order: one thread per
-// output looping in index order, or block_sum's fixed tree. No atomics: bitwise reproducible.
+// Parallel over chunks: the state is linear in E_c with one scalar decay per token, so a chunk's
+// last state is  H_end = A_c E_c + L_c,  A_c = prod of the chunk's alphas (a document's first
+// token has none), L_c = H_end computed from E_c = 0; then E_{c+1} = H_end + shift U_end when
+// chunk c + 1 continues the document, 0 when it starts one. The forward runs
+//   1. one block per (b, h, chunk), all at once: L_c and A_c (scan_chunks.cuh)
+//   2. one thread per (b, h, n, p): E_c along the row's chunks, in order (scan_chunks.cuh)
+//   3. one block per (b, h, chunk): the chunk's tokens from E_c, writing y (scan_forward.cuh)
+// and the backward the same in reverse for the gradient flowing out of a chunk's first token
+// (scan_backward.cuh), the blocked form of the chunked scans of Mamba-2 (arXiv 2405.21060,
+// section 6: intra-chunk, inter-chunk state passing, output) with the recurrence inside a chunk.
 //
-// Parallelism is batch x heads blocks of N P threads, serial in seq: enough to check the
-// contract and to train small models; a chunk-parallel kernel (the chunked form of the CPU
-// backend, or the Mamba-3 reference's Triton/TileLang kernels) is the fast path to write next.
+// In a per-chunk block the threads own the (N, P) state elements (thread i owns e = i,
+// i + blockDim, ...; n = e / P, p = e % P), each element's chain over tokens on one thread; the
+// state lives in global scratch (L1/L2 resident), so N P may be any size: no shared memory beyond
+// block_reduce's 32 values. Sums across elements (y over n, dq and dk over p, the per-token
+// scalars over (n, p)) run after a __syncthreads, each in a fixed order: one thread per output
+// looping in index order, or block_sum's fixed tree. Every token's outputs and gradients are
+// written by its own chunk's block (a neighbour chunk's values are only read). No atomics:
+// bitwise reproducible.
 //
-// Every per-thread step is a MEGACPP_HD function (below and in the two pass headers): the kernels
-// call them between barriers, and a host program can call the same functions in loops over
-// threads to check the algorithm against SsmScan<Cpu> without a GPU. That is how this code was
-// checked (every case of tests/support/kernel_cases/ssm_scan.hpp and more, 1e-15 in double);
-// compiled by the CUDA build, not yet run on a GPU.
+// Every per-thread step is a MEGACPP_HD function: the kernels call them between barriers, and a
+// host program can call the same functions in loops over blocks and threads to check the
+// algorithm against SsmScan<Cpu> without a GPU. That is how this code was checked (every case of
+// tests/support/kernel_cases/ssm_scan.hpp and more, ~1e-15 relative in double, against the CPU
+// and against the earlier serial kernels); compiled by the CUDA build.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
@@ -51,9 +60,13 @@ namespace megacpp::cuda::ssm {
 using kernels::ScanChunk;
 using kernels::ScanParams;
 
-// Blocks of a scan launch (items beyond it are grid-strided): about two per SM of an H100
-// (132 SMs), and the number of per-block scratch slots each pass allocates.
-inline constexpr index_t kScanBlocks = 256;
+// Blocks of a per-chunk launch that needs per-block scratch (items beyond it are grid-strided),
+// and so the number of per-block scratch slots it allocates: as many as an H100 (132 SMs) holds
+// at once, by ptxas -v's registers for 256 threads (sm_90: forward pass 3 72 in float, 80 in
+// double: 3 blocks per SM; backward pass 3 96 and 128: 2). Launches without per-block scratch use
+// one block per item (grid_per_item).
+inline constexpr index_t kForwardChunkBlocks = 3 * 132;
+inline constexpr index_t kBackwardChunkBlocks = 2 * 132;
 
 // What every thread of a scan kernel reads. chunks: (batch, max_chunks) on the device, each row's
 // plan_row_chunks in order, padded with length-0 entries.
@@ -74,6 +87,9 @@ struct ScanView {
   MEGACPP_HD index_t scalar(index_t bt, index_t h) const { return bt * sh.heads + h; }
   // Chunk ci of row b (length 0 past the row's last chunk).
   MEGACPP_HD ScanChunk chunk(index_t b, index_t ci) const { return chunks[b * sh.max_chunks + ci]; }
+  // Per-chunk items of the parallel passes: item = (b * heads + h) * max_chunks + ci; item also
+  // indexes the (batch, heads, max_chunks) scalars, item * N P the (N, P) slots.
+  MEGACPP_HD index_t chunk_items() const { return sh.batch * sh.heads * sh.max_chunks; }
   // The saved state entering chunk ci of (b, h): (N, P) in chunk_states.
   MEGACPP_HD index_t saved_state(index_t b, index_t h, index_t ci) const {
     return ((b * sh.heads + h) * sh.max_chunks + ci) * state_size();
@@ -102,7 +118,7 @@ MEGACPP_HD T entering_state(const ScanView<T>& s, index_t bt, index_t h, T h_pre
 // alpha multiplies a zero state, and the CPU kernel never reads that log_alpha either).
 template <class T>
 MEGACPP_HD T next_state(const ScanView<T>& s, index_t bt, index_t h, bool doc_start, T pre, index_t n, index_t p) {
-  using std::exp;
+  using std::exp;  // block scope: hides megacpp::exp (the autograd op) from the call below
   const T gu = s.in.gamma[s.scalar(bt, h)] * rank_input(s, bt, h, n, p);
   return doc_start ? gu : exp(s.in.log_alpha[s.scalar(bt, h)]) * pre + gu;
 }

@@ -1,4 +1,5 @@
-// CUDA backend: the SSM scan, part 3 of 3: the backward (equations and design: scan.cuh).
+// CUDA backend: the SSM scan, part 4 of 4: the backward (equations and design: scan.cuh; passes
+// 1 and 2, the gradients flowing between chunks: scan_chunks.cuh).
 //
 // Reverse-mode through the recurrence, per (b, h) and token t, with G_t = dL/dH_t and
 // A_t = alpha_{t+1} G_{t+1} (0 after a document's last token):
@@ -11,24 +12,33 @@
 //   dlog_alpha_t = alpha_t <G_t, pre_t>,  dshift_t = alpha_t <G_t, U_{t-1}>,  A_{t-1} = alpha_t G_t
 //   dD_h       = sum_{b,t,r,p} dy_{t,r,p} v_{t,r,p}
 //
-// Per (b, h) block, the row's chunks in reverse; per chunk:
-//   phase 0 (thread per state element): H_t of the chunk's tokens recomputed from the saved state
-//            entering it, by the forward's own functions (entering_state, next_state), into scratch
+// Passes 1 and 2 (scan_chunks.cuh) give X_c, the A_t at every chunk's last token. Pass 3, per
+// (b, h, chunk) block, starting from A = X_c:
+//   phase 0 (thread per state element): H_t of the chunk's tokens recomputed from E_c, the saved
+//            state entering it, by the forward's own functions (entering_state, next_state), into
+//            scratch
 //   then per token, last to first:
 //   phase 1 (thread per state element e = (n, p)): G_t, dU_t (to scratch), A_{t-1} (in place) and
 //            the thread's partial sums of the three per-token scalars; barrier; block_sum of each
 //   phase 2 (thread per (r, n) and per (r, p)): dq, dk (sums over p in order), dv (over n in
 //            order); thread 0 adds the scalars; barrier
-// dD: each block's dy . v over its (b, h), block_sum'd into (batch, heads) scratch, then one thread
-// per head adds the rows in order (the CPU kernel's order over rows).
+// Every gradient of a token is added by its chunk's block alone: the terms that reach across a
+// chunk boundary (shift_{t+1} A_t at the last token; pre_t = E_c and U_{t-1} in dlog_alpha and
+// dshift at the first) only read the neighbour's inputs or the carried X_c and E_c.
+// dD: each block's dy . v over its chunk, block_sum'd into (batch, heads, max_chunks) scratch, then
+// one thread per head adds them in (b, chunk) order.
 //
-// Scratch per block: the chunk's states (L, N, P), L = min(chunk_size, seq), A and dU (N, P):
-// kScanBlocks (L + 2) N P values: 138 M values (553 MB in float) at L = 64, N = 128, P = 64.
+// Scratch (values; N P = 8192, chunk 64, 16 heads, one row of T = 64K tokens: 1024 chunks):
+//   flows   (batch, heads, max_chunks, N, P): M_c, then X_c: 128 M values, 512 MB in float
+//   decay, dD parts (batch, heads, max_chunks)
+//   per block (min(chunk items, kBackwardChunkBlocks), L + 2, N, P) = the chunk's states, A and
+//           dU, L = min(chunk_size, seq): at most 264 (L + 2) N P = 143 M values, 571 MB in float
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/ssm/scan.cuh"
+#include "megacpp/backends/cuda/detail/ssm/scan_chunks.cuh"
 
 namespace megacpp::cuda::ssm {
 
@@ -38,7 +48,8 @@ struct ScanBackwardArgs {
   const T* dy = nullptr;            // (batch, seq, heads, R, P)
   const T* chunk_states = nullptr;  // (batch, heads, max_chunks, N, P): the forward's
   kernels::ScanGradients<T> grads;  // each may be null
-  T* dD_rows = nullptr;             // (batch, heads) scratch: each (b, h)'s dD, when grads.D is set
+  const T* carried = nullptr;       // (batch, heads, max_chunks, N, P): X_c, from scan_chunks.cuh
+  T* dD_parts = nullptr;            // (batch, heads, max_chunks) scratch: each chunk's dD, when grads.D is set
 };
 
 // Per-token sums over the state's (n, p): one thread's partial sums, then the block's totals.
@@ -50,10 +61,11 @@ struct TokenSums {
 };
 
 // Phase 0: Hc[i] = H_t for the chunk's tokens (Hc: (L, N, P)) from S, the saved state entering
-// chunk c (not read at a document's first chunk); A = 0 after a document's last chunk.
+// chunk c (not read at a document's first chunk); A = X, the gradient carried into the chunk's
+// last token (0 after a document's last chunk).
 template <class T>
 MEGACPP_HD void backward_recompute_phase(const ScanView<T>& s, index_t b, index_t h, const ScanChunk& c, const T* S,
-                                         T* Hc, T* A, index_t tid, index_t threads) {
+                                         const T* X, T* Hc, T* A, index_t tid, index_t threads) {
   const index_t P = s.sh.head_dim, NP = s.state_size(), bt0 = b * s.sh.seq + c.start;
   for (index_t e = tid; e < NP; e += threads) {
     const index_t n = e / P, p = e % P;
@@ -64,7 +76,7 @@ MEGACPP_HD void backward_recompute_phase(const ScanView<T>& s, index_t b, index_
       state = next_state(s, bt0 + i, h, doc_start, pre, n, p);
       Hc[i * NP + e] = state;
     }
-    if (c.last_in_doc) A[e] = T(0);
+    A[e] = X[e];
   }
 }
 
@@ -148,49 +160,49 @@ MEGACPP_HD void backward_output_phase(const ScanView<T>& s, const ScanBackwardAr
   }
 }
 
-// One block per (b, h) item; scratch per block: (chunk_rows + 2, N, P) = Hc, A, dU.
+// Pass 3: one block per chunk item; scratch per block: (chunk_rows + 2, N, P) = Hc, A, dU.
 template <class T>
 __global__ void scan_backward_kernel(ScanView<T> s, ScanBackwardArgs<T> a, T* scratch, index_t chunk_rows) {
   const index_t tid = threadIdx.x, threads = blockDim.x, NP = s.state_size();
   T* Hc = scratch + static_cast<index_t>(blockIdx.x) * (chunk_rows + 2) * NP;
   T* A = Hc + chunk_rows * NP;
   T* dU = A + NP;
-  for (index_t item = blockIdx.x; item < s.sh.batch * s.sh.heads; item += gridDim.x) {
-    const index_t b = item / s.sh.heads, h = item % s.sh.heads;
+  for (index_t item = blockIdx.x; item < s.chunk_items(); item += gridDim.x) {
+    const index_t b = item / (s.sh.heads * s.sh.max_chunks), h = item / s.sh.max_chunks % s.sh.heads;
+    const ScanChunk c = s.chunk(b, item % s.sh.max_chunks);  // block-uniform: length 0 skips the work
     T dD_partial = T(0);
-    for (index_t ci = s.sh.max_chunks - 1; ci >= 0; --ci) {
-      const ScanChunk c = s.chunk(b, ci);
-      if (c.length == 0) continue;  // past the row's last chunk
-      const T* S = a.chunk_states + s.saved_state(b, h, ci);
-      backward_recompute_phase(s, b, h, c, S, Hc, A, tid, threads);
+    if (c.length > 0) {
+      backward_recompute_phase(s, b, h, c, a.chunk_states + item * NP, a.carried + item * NP, Hc, A, tid, threads);
       __syncthreads();
-      for (index_t i = c.length - 1; i >= 0; --i) {
-        const TokenSums<T> part = backward_state_phase(s, a, b, h, c, i, S, Hc, A, dU, tid, threads);
-        __syncthreads();
-        // Block-uniform conditions: every thread reaches the same block_sum calls.
-        TokenSums<T> total;
-        if (a.grads.gamma) total.dgamma = block_sum(part.dgamma);
-        if (!(i == 0 && c.first_in_doc)) {
-          if (a.grads.log_alpha) total.dlog_alpha = block_sum(part.dlog_alpha);
-          if (a.grads.shift) total.dshift = block_sum(part.dshift);
-        }
-        backward_output_phase(s, a, b, h, c, i, Hc, dU, total, dD_partial, tid, threads);
-        __syncthreads();  // the next token's phase 1 overwrites dU
+    }
+    for (index_t i = c.length - 1; i >= 0; --i) {
+      const TokenSums<T> part =
+          backward_state_phase(s, a, b, h, c, i, a.chunk_states + item * NP, Hc, A, dU, tid, threads);
+      __syncthreads();
+      // Block-uniform conditions: every thread reaches the same block_sum calls.
+      TokenSums<T> total;
+      if (a.grads.gamma) total.dgamma = block_sum(part.dgamma);
+      if (!(i == 0 && c.first_in_doc)) {
+        if (a.grads.log_alpha) total.dlog_alpha = block_sum(part.dlog_alpha);
+        if (a.grads.shift) total.dshift = block_sum(part.dshift);
       }
+      backward_output_phase(s, a, b, h, c, i, Hc, dU, total, dD_partial, tid, threads);
+      __syncthreads();  // the next token's phase 1 overwrites dU
     }
     if (a.grads.D) {
-      const T dD = block_sum(dD_partial);
-      if (tid == 0) a.dD_rows[item] = dD;
+      const T dD = block_sum(dD_partial);  // 0 for a chunk past the row's last
+      if (tid == 0) a.dD_parts[item] = dD;
     }
   }
 }
 
-// dD[h] += sum_b dD_rows[b, h], rows in order: one thread per head.
+// dD[h] += sum_{b, ci} dD_parts[b, h, ci], b then ci in order: one thread per head.
 template <class T>
-__global__ void scan_dD_kernel(index_t batch, index_t heads, const T* dD_rows, T* dD) {
+__global__ void scan_dD_kernel(index_t batch, index_t heads, index_t max_chunks, const T* dD_parts, T* dD) {
   for (index_t h = global_thread(); h < heads; h += grid_stride()) {
     T acc = dD[h];
-    for (index_t b = 0; b < batch; ++b) acc += dD_rows[b * heads + h];
+    for (index_t b = 0; b < batch; ++b)
+      for (index_t ci = 0; ci < max_chunks; ++ci) acc += dD_parts[(b * heads + h) * max_chunks + ci];
     dD[h] = acc;
   }
 }
@@ -203,21 +215,28 @@ void scan_backward(const ScanParams& sh, const std::vector<std::int32_t>& doc_id
                    const kernels::ScanGradients<T>& grads) {
   const char* op = "SsmScan<Cuda>::backward";
   const std::vector<ScanChunk> plan = plan_scan(op, sh, doc_ids_host);
-  const index_t items = sh.batch * sh.heads;
-  if (items == 0 || sh.seq == 0) return;
+  if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
   if (!grads.q && !grads.k && !grads.v && !grads.log_alpha && !grads.gamma && !grads.shift && !grads.D) return;
   check(chunk_states != nullptr, op, "needs the chunk states the forward saved (forward with chunk_states set)");
   const DeviceChunks chunks(plan);
-  const index_t blocks = items < kScanBlocks ? items : kScanBlocks;
-  const index_t chunk_rows = sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq;
-  const ScanScratch<T> scratch(static_cast<std::size_t>(blocks * (chunk_rows + 2) * sh.d_state * sh.head_dim));
-  const ScanScratch<T> dD_rows(grads.D ? static_cast<std::size_t>(items) : 0);
   const ScanView<T> s{sh, in, chunks.device.get()};
-  const ScanBackwardArgs<T> a{dy, chunk_states, grads, dD_rows.get()};
+  const index_t items = s.chunk_items(), NP = s.state_size();
+  const ScanScratch<T> flows(static_cast<std::size_t>(items * NP));
+  const ScanScratch<T> decay(static_cast<std::size_t>(items));
+  scan_backward_local_kernel<T><<<grid_per_item(items), kThreads, 0, kStream>>>(s, dy, flows.get(), decay.get());
+  MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_local_kernel);
+  scan_backward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, flows.get(), decay.get());
+  MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_carry_kernel);
+  const index_t blocks = items < kBackwardChunkBlocks ? items : kBackwardChunkBlocks;
+  const index_t chunk_rows = sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq;
+  const ScanScratch<T> scratch(static_cast<std::size_t>(blocks * (chunk_rows + 2) * NP));
+  const ScanScratch<T> dD_parts(grads.D ? static_cast<std::size_t>(items) : 0);
+  const ScanBackwardArgs<T> a{dy, chunk_states, grads, flows.get(), dD_parts.get()};
   scan_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, a, scratch.get(), chunk_rows);
   MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_kernel);
   if (grads.D) {
-    scan_dD_kernel<T><<<grid_for(sh.heads), kThreads, 0, kStream>>>(sh.batch, sh.heads, dD_rows.get(), grads.D);
+    scan_dD_kernel<T><<<grid_for(sh.heads), kThreads, 0, kStream>>>(sh.batch, sh.heads, sh.max_chunks, dD_parts.get(),
+                                                                      grads.D);
     MEGACPP_CUDA_CHECK_LAUNCH(scan_dD_kernel);
   }
 }

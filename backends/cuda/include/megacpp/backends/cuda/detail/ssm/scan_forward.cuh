@@ -1,30 +1,37 @@
-// CUDA backend: the SSM scan, part 2 of 3: the forward (equations and design: scan.cuh).
+// CUDA backend: the SSM scan, part 3 of 4: the forward (equations and design: scan.cuh; passes
+// 1 and 2, the states entering the chunks: scan_chunks.cuh).
 //
-// Per (b, h) block, for each chunk of the row's plan in order and each of its tokens t:
-//   phase 1 (thread per state element e = (n, p)): pre_t = H_{t-1} + shift_t U_{t-1}, saved at the
-//            chunk's first token (0 at a document start); H_t = alpha_t pre_t + gamma_t U_t
+// Pass 3, per (b, h, chunk) block, from E_c, the state entering the chunk, for each token t:
+//   phase 1 (thread per state element e = (n, p)): pre_t = E_c at the chunk's first token (0 at a
+//            document start), H_{t-1} + shift_t U_{t-1} after it; H_t = alpha_t pre_t + gamma_t U_t
 //   barrier
 //   phase 2 (thread per output (r, p)): y_{t,r,p} = D_h v_{t,r,p} + sum_n H_t[n, p] q_{t,r,n}, n in
 //            order (the order of ssm_reference::recurrence_step)
 //   barrier (phase 1 of the next token overwrites H)
+//
+// Scratch (values; N P = 8192, chunk 64, 16 heads, one row of T = 64K tokens: 1024 chunks):
+//   states  (batch, heads, max_chunks, N, P): the locals L_c, then E_c; only when the caller passes
+//           no chunk_states (else they are built in place there): 128 M values, 512 MB in float
+//   decay   (batch, heads, max_chunks): A_c
+//   block H (min(chunk items, kForwardChunkBlocks), N, P): 3.2 M values, 13 MB in float
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include "megacpp/backends/cuda/detail/ssm/scan.cuh"
+#include "megacpp/backends/cuda/detail/ssm/scan_chunks.cuh"
 
 namespace megacpp::cuda::ssm {
 
-// Phase 1 for thread `tid` of `threads`: token i of chunk c (index ci) of row b, head h. state:
-// (N, P), the block's H; saved: (N, P), the state entering the chunk, or null.
+// Phase 1 for thread `tid` of `threads`: token i of chunk c of row b, head h. entering: (N, P),
+// E_c; state: (N, P), the block's H.
 template <class T>
 MEGACPP_HD void forward_state_phase(const ScanView<T>& s, index_t b, index_t h, const ScanChunk& c, index_t i,
-                                    T* state, T* saved, index_t tid, index_t threads) {
+                                    const T* entering, T* state, index_t tid, index_t threads) {
   const index_t P = s.sh.head_dim, bt = b * s.sh.seq + c.start + i;
   const bool doc_start = i == 0 && c.first_in_doc;
   for (index_t e = tid; e < s.state_size(); e += threads) {
     const index_t n = e / P, p = e % P;
-    const T pre = doc_start ? T(0) : entering_state(s, bt, h, state[e], n, p);
-    if (i == 0 && saved) saved[e] = pre;
+    const T pre = doc_start ? T(0) : i == 0 ? entering[e] : entering_state(s, bt, h, state[e], n, p);
     state[e] = next_state(s, bt, h, doc_start, pre, n, p);
   }
 }
@@ -45,23 +52,20 @@ MEGACPP_HD void forward_output_phase(const ScanView<T>& s, index_t b, index_t h,
   }
 }
 
-// One block per (b, h) item; scratch: (gridDim.x, N, P), the state of each block.
+// Pass 3: one block per chunk item; entering: (batch, heads, max_chunks, N, P), E_c; scratch:
+// (gridDim.x, N, P), the state of each block.
 template <class T>
-__global__ void scan_forward_kernel(ScanView<T> s, T* y, T* chunk_states, T* scratch) {
-  const index_t tid = threadIdx.x, threads = blockDim.x;
-  T* state = scratch + static_cast<index_t>(blockIdx.x) * s.state_size();
-  for (index_t item = blockIdx.x; item < s.sh.batch * s.sh.heads; item += gridDim.x) {
-    const index_t b = item / s.sh.heads, h = item % s.sh.heads;
-    for (index_t ci = 0; ci < s.sh.max_chunks; ++ci) {
-      const ScanChunk c = s.chunk(b, ci);
-      if (c.length == 0) break;  // past the row's last chunk
-      T* saved = chunk_states ? chunk_states + s.saved_state(b, h, ci) : nullptr;
-      for (index_t i = 0; i < c.length; ++i) {
-        forward_state_phase(s, b, h, c, i, state, saved, tid, threads);
-        __syncthreads();
-        forward_output_phase(s, b, h, c, i, state, y, tid, threads);
-        __syncthreads();
-      }
+__global__ void scan_forward_kernel(ScanView<T> s, const T* entering, T* y, T* scratch) {
+  const index_t tid = threadIdx.x, threads = blockDim.x, NP = s.state_size();
+  T* state = scratch + static_cast<index_t>(blockIdx.x) * NP;
+  for (index_t item = blockIdx.x; item < s.chunk_items(); item += gridDim.x) {
+    const index_t b = item / (s.sh.heads * s.sh.max_chunks), h = item / s.sh.max_chunks % s.sh.heads;
+    const ScanChunk c = s.chunk(b, item % s.sh.max_chunks);  // block-uniform: length 0 skips the loop
+    for (index_t i = 0; i < c.length; ++i) {
+      forward_state_phase(s, b, h, c, i, entering + item * NP, state, tid, threads);
+      __syncthreads();
+      forward_output_phase(s, b, h, c, i, state, y, tid, threads);
+      __syncthreads();
     }
   }
 }
@@ -72,13 +76,20 @@ template <class T>
 void scan_forward(const ScanParams& sh, const std::vector<std::int32_t>& doc_ids_host, const kernels::ScanOperands<T>& in,
                   T* y, T* chunk_states) {
   const std::vector<ScanChunk> plan = plan_scan("SsmScan<Cuda>::forward", sh, doc_ids_host);
-  const index_t items = sh.batch * sh.heads;
-  if (items == 0 || sh.seq == 0) return;
+  if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
   const DeviceChunks chunks(plan);
-  const index_t blocks = items < kScanBlocks ? items : kScanBlocks;
-  const ScanScratch<T> scratch(static_cast<std::size_t>(blocks * sh.d_state * sh.head_dim));
   const ScanView<T> s{sh, in, chunks.device.get()};
-  scan_forward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, y, chunk_states, scratch.get());
+  const index_t items = s.chunk_items(), NP = s.state_size();
+  const ScanScratch<T> own_states(chunk_states ? 0 : static_cast<std::size_t>(items * NP));
+  T* states = chunk_states ? chunk_states : own_states.get();
+  const ScanScratch<T> decay(static_cast<std::size_t>(items));
+  scan_forward_local_kernel<T><<<grid_per_item(items), kThreads, 0, kStream>>>(s, states, decay.get());
+  MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_local_kernel);
+  scan_forward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, states, decay.get());
+  MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_carry_kernel);
+  const index_t blocks = items < kForwardChunkBlocks ? items : kForwardChunkBlocks;
+  const ScanScratch<T> scratch(static_cast<std::size_t>(blocks * NP));
+  scan_forward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, states, y, scratch.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_kernel);
 }
 
