@@ -1,12 +1,14 @@
 // bench/train_step/train_step_cuda.cu: the dense reference model's training step (forward,
 // backward, AdamW) on one GPU, fp32 and Bf16Mixed (bf16 product operands on the tensor cores
-// through cuBLAS GemmEx, fp32 sums and everything else fp32: autograd/precision.hpp).
+// through cuBLAS GemmEx, fp32 sums and everything else fp32: autograd/precision.hpp), and fp32
+// with TF32 products (CudaTf32Products, the explicit option).
 //
 // The configuration of bench/train_step/train_step.cpp: V = 8192, d = 512, 4 layers, 8 heads /
 // 2 kv heads, T = 1024, B = 4, 8 documents per row (BOS every 128 tokens). Useful FLOPs as
 // there: 6 x matrix parameters (the tied head counted once) per token plus 3 x the attention
 // products inside documents. MFU is against the H100 SXM's dense peak of the path: 989 TFLOP/s
-// bf16, 67 TFLOP/s fp32 (cuBLAS fp32 runs without TF32 here). Median of 10 steps after 3 warm-ups.
+// bf16, 67 TFLOP/s fp32 (full fp32 products unless TF32 is asked for). Median of 10 steps after 3
+// warm-ups.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -120,6 +122,11 @@ int main() {
                                                   "T 1024, B 4, 8 documents per row, AdamW; fp32 and Bf16Mixed"))
     return 0;
   const Figures fp32 = run<Fp32>("fp32");
+  Figures tf32;
+  {
+    const CudaTf32Products on(true);  // the explicit TF32 option (backends/cuda/detail/gemm.cuh)
+    tf32 = run<Fp32>("tf32");
+  }
   const Figures bf16 = run<Bf16Mixed>("bf16");
   const double mfu_bf16 = bf16.tflops / kBf16PeakTflops, mfu_fp32 = fp32.tflops / kFp32PeakTflops;
   const double attention_ms = attention_ms_per_step();
@@ -133,6 +140,7 @@ int main() {
       .add("cuda_mfu_dense", mfu_bf16, 4)
       .add("cuda_tokens_per_s_dense_fp32", fp32.tokens_per_s, 0)
       .add("cuda_mfu_dense_fp32", mfu_fp32, 4)
+      .add("cuda_tokens_per_s_dense_tf32", tf32.tokens_per_s, 0)
       .add("cuda_step_ms_dense_bf16", bf16.ms, 2)
       .add("cuda_forward_ms_dense_bf16", bf16.forward_ms, 2)
       .add("cuda_adamw_ms_dense_bf16", bf16.optimizer_ms, 2)

@@ -119,6 +119,9 @@ static_assert(Backend<Cuda>, "megacpp_cuda_backend_must_satisfy_Backend: see meg
 template <class T>
 using CudaTensor = Tensor<T, Cuda>;
 
+/// While alive, float GEMMs on this thread use TF32 tensor-core products (detail/gemm.cuh).
+using CudaTf32Products = cuda::Tf32Products;
+
 }  // namespace megacpp
 
 namespace megacpp::kernels {
