@@ -135,6 +135,50 @@ __device__ inline T capped(T s, T cap, T& t) {
   return s;
 }
 
+// The row a thread of a query-tile block (forward, dQ) owns: the block's document tile and head,
+// the thread's query (a document position), its slice of the head, and where its row starts in
+// q-shaped tensors.
+template <int DPT, int TPR>
+struct QueryTileRow {
+  WorkTile w;
+  index_t h, kvh, qs, qe, i, row;
+  int part, e0;
+  bool active;
+
+  template <class T>
+  __device__ QueryTileRow(const Geometry<T>& g, const WorkTile* work) : w(work[blockIdx.x]) {
+    constexpr index_t rows = RowLayout<DPT, TPR>::kRowsPerBlock;
+    h = blockIdx.y;
+    kvh = h / g.group;
+    part = static_cast<int>(threadIdx.x) % TPR;
+    e0 = part * DPT;
+    qs = static_cast<index_t>(w.tile) * rows;
+    qe = qs + rows < w.len ? qs + rows : w.len;
+    i = qs + threadIdx.x / TPR;
+    active = i < qe;
+    row = ((w.b * g.seq + w.start + i) * g.heads + h) * g.dim;
+  }
+};
+
+// For each key tile the query tile sees, in order: stages its computed keys (k and v rows,
+// computed_keys) in shared memory and calls body(first key, key count). Every thread of the block
+// must call it (the barriers).
+template <class T, int DPT, int TPR, class Body>
+__device__ void for_each_key_tile(const Geometry<T>& g, const QueryTileRow<DPT, TPR>& r, const T* k, const T* v,
+                                  T* k_staged, T* v_staged, Body&& body) {
+  const attention::TileRange kr = attention::key_tiles_for_queries(r.qs, r.qe, kKeyTile, g.window);
+  for (index_t kt = kr.first; kt < kr.last; ++kt) {
+    const index_t tile_end = (kt + 1) * kKeyTile < r.w.len ? (kt + 1) * kKeyTile : r.w.len;
+    const attention::TileRange keys = attention::computed_keys(r.qs, r.qe, kt * kKeyTile, tile_end, g.window);
+    const int n = static_cast<int>(keys.last - keys.first);
+    __syncthreads();  // the previous tile's readers are done
+    stage_rows<T, DPT, TPR>(k_staged, k, r.w.b, r.w.start, keys.first, n, g.seq, g.kv_heads, r.kvh, g.dim, T(1));
+    stage_rows<T, DPT, TPR>(v_staged, v, r.w.b, r.w.start, keys.first, n, g.seq, g.kv_heads, r.kvh, g.dim, T(1));
+    __syncthreads();
+    body(keys.first, n);
+  }
+}
+
 // ---- forward: one block per (document query tile, query head) ---------------------------------
 template <class T, int DPT, int TPR>
 __global__ void __launch_bounds__(kBlockThreads)
@@ -143,41 +187,26 @@ __global__ void __launch_bounds__(kBlockThreads)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_staged = reinterpret_cast<T*>(shared_bytes);  // (kKeyTile, kRow)
   T* v_staged = k_staged + kKeyTile * L::kRow;        // (kKeyTile, kRow)
-  const WorkTile w = work[blockIdx.x];
-  const index_t h = blockIdx.y, kvh = h / g.group;
-  const int lane_row = threadIdx.x / TPR, part = threadIdx.x % TPR, e0 = part * DPT;
-  const index_t qs = static_cast<index_t>(w.tile) * L::kRowsPerBlock;
-  const index_t qe = qs + L::kRowsPerBlock < w.len ? qs + L::kRowsPerBlock : w.len;
-  const index_t i = qs + lane_row;  // this row's query, a document position
-  const bool active = i < qe;
-  const index_t q_row = ((w.b * g.seq + w.start + i) * g.heads + h) * g.dim;
+  const QueryTileRow<DPT, TPR> r(g, work);
   T qr[DPT], acc[DPT];
-  load_slice<T, DPT>(qr, q, q_row, e0, g.dim, active, g.scale);
+  load_slice<T, DPT>(qr, q, r.row, r.e0, g.dim, r.active, g.scale);
 #pragma unroll
   for (int d = 0; d < DPT; ++d) acc[d] = T(0);
   T m = minus_infinity<T>(), l = T(0);
-  const attention::TileRange kr = attention::key_tiles_for_queries(qs, qe, kKeyTile, g.window);
-  for (index_t kt = kr.first; kt < kr.last; ++kt) {
-    const index_t tile_end = (kt + 1) * kKeyTile < w.len ? (kt + 1) * kKeyTile : w.len;
-    const attention::TileRange keys = attention::computed_keys(qs, qe, kt * kKeyTile, tile_end, g.window);
-    const int n = static_cast<int>(keys.last - keys.first);
-    __syncthreads();  // the previous tile's readers are done
-    stage_rows<T, DPT, TPR>(k_staged, k, w.b, w.start, keys.first, n, g.seq, g.kv_heads, kvh, g.dim, T(1));
-    stage_rows<T, DPT, TPR>(v_staged, v, w.b, w.start, keys.first, n, g.seq, g.kv_heads, kvh, g.dim, T(1));
-    __syncthreads();
+  for_each_key_tile(g, r, k, v, k_staged, v_staged, [&](index_t first_key, int n) {
     T s[kKeyTile];
     T tile_max = minus_infinity<T>();
 #pragma unroll
     for (int j = 0; j < kKeyTile; ++j) {
       if (j < n) {  // n is the same for the whole block: every lane reaches the shuffle
         T t;
-        const T score = capped(row_sum<TPR>(slice_dot<DPT>(qr, k_staged + j * L::kRow + part * L::kSlice)), g.cap, t);
-        const bool visible = active && attention::visible(i, keys.first + j, g.window);
+        const T score = capped(row_sum<TPR>(slice_dot<DPT>(qr, k_staged + j * L::kRow + r.part * L::kSlice)), g.cap, t);
+        const bool visible = r.active && attention::visible(r.i, first_key + j, g.window);
         s[j] = visible ? score : minus_infinity<T>();
         tile_max = s[j] > tile_max ? s[j] : tile_max;
       }
     }
-    if (tile_max == minus_infinity<T>()) continue;  // this row sees no key of the tile
+    if (tile_max == minus_infinity<T>()) return;  // this row sees no key of the tile
     const T m_new = m > tile_max ? m : tile_max;
     const T alpha = exp_of(m - m_new);  // exp(-inf) = 0 on the row's first visible tile
     T row_sum_p = T(0);
@@ -188,18 +217,18 @@ __global__ void __launch_bounds__(kBlockThreads)
       if (j < n) {
         const T p = s[j] == minus_infinity<T>() ? T(0) : exp_of(s[j] - m_new);
         row_sum_p += p;
-        slice_axpy<DPT>(acc, p, v_staged + j * L::kRow + part * L::kSlice);
+        slice_axpy<DPT>(acc, p, v_staged + j * L::kRow + r.part * L::kSlice);
       }
     }
     l = alpha * l + row_sum_p;
     m = m_new;
-  }
-  if (!active) return;
+  });
+  if (!r.active) return;
   const T inv = T(1) / l;  // l >= 1: every query sees itself
 #pragma unroll
   for (int d = 0; d < DPT; ++d)
-    if (e0 + d < g.dim) o[q_row + e0 + d] = acc[d] * inv;
-  if (part == 0) lse[q_row / g.dim] = m + log_of(l);
+    if (r.e0 + d < g.dim) o[r.row + r.e0 + d] = acc[d] * inv;
+  if (r.part == 0) lse[r.row / g.dim] = m + log_of(l);
 }
 
 // ---- backward, step 0: D = rowsum(dO o O) per (token, head) -------------------------------------
@@ -286,45 +315,30 @@ __global__ void __launch_bounds__(kBlockThreads)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* k_staged = reinterpret_cast<T*>(shared_bytes);  // (kKeyTile, kRow)
   T* v_staged = k_staged + kKeyTile * L::kRow;        // (kKeyTile, kRow)
-  const WorkTile w = work[blockIdx.x];
-  const index_t h = blockIdx.y, kvh = h / g.group;
-  const int lane_row = threadIdx.x / TPR, part = threadIdx.x % TPR, e0 = part * DPT;
-  const index_t qs = static_cast<index_t>(w.tile) * L::kRowsPerBlock;
-  const index_t qe = qs + L::kRowsPerBlock < w.len ? qs + L::kRowsPerBlock : w.len;
-  const index_t i = qs + lane_row;
-  const bool active = i < qe;
-  const index_t q_row = ((w.b * g.seq + w.start + i) * g.heads + h) * g.dim;
+  const QueryTileRow<DPT, TPR> r(g, work);
   T qr[DPT], dor[DPT], dq[DPT];
-  load_slice<T, DPT>(qr, q, q_row, e0, g.dim, active, g.scale);
-  load_slice<T, DPT>(dor, grad_o, q_row, e0, g.dim, active, T(1));
+  load_slice<T, DPT>(qr, q, r.row, r.e0, g.dim, r.active, g.scale);
+  load_slice<T, DPT>(dor, grad_o, r.row, r.e0, g.dim, r.active, T(1));
 #pragma unroll
   for (int d = 0; d < DPT; ++d) dq[d] = T(0);
-  const T lse_i = active ? lse[q_row / g.dim] : T(0);
-  const T d_i = active ? drow[q_row / g.dim] : T(0);
-  const attention::TileRange kr = attention::key_tiles_for_queries(qs, qe, kKeyTile, g.window);
-  for (index_t kt = kr.first; kt < kr.last; ++kt) {
-    const index_t tile_end = (kt + 1) * kKeyTile < w.len ? (kt + 1) * kKeyTile : w.len;
-    const attention::TileRange keys = attention::computed_keys(qs, qe, kt * kKeyTile, tile_end, g.window);
-    const int n = static_cast<int>(keys.last - keys.first);
-    __syncthreads();
-    stage_rows<T, DPT, TPR>(k_staged, k, w.b, w.start, keys.first, n, g.seq, g.kv_heads, kvh, g.dim, T(1));
-    stage_rows<T, DPT, TPR>(v_staged, v, w.b, w.start, keys.first, n, g.seq, g.kv_heads, kvh, g.dim, T(1));
-    __syncthreads();
-    for (int j = 0; j < n; ++j) {
-      const T* k_j = k_staged + j * L::kRow + part * L::kSlice;
+  const T lse_i = r.active ? lse[r.row / g.dim] : T(0);
+  const T d_i = r.active ? drow[r.row / g.dim] : T(0);
+  for_each_key_tile(g, r, k, v, k_staged, v_staged, [&](index_t first_key, int n) {
+    for (int j = 0; j < n; ++j) {  // n is the same for the whole block
+      const T* k_j = k_staged + j * L::kRow + r.part * L::kSlice;
       T t;
       const T score = capped(row_sum<TPR>(slice_dot<DPT>(qr, k_j)), g.cap, t);
-      const T dp = row_sum<TPR>(slice_dot<DPT>(dor, v_staged + j * L::kRow + part * L::kSlice));
-      if (!active || !attention::visible(i, keys.first + j, g.window)) continue;
+      const T dp = row_sum<TPR>(slice_dot<DPT>(dor, v_staged + j * L::kRow + r.part * L::kSlice));
+      if (!r.active || !attention::visible(r.i, first_key + j, g.window)) continue;
       const T p = exp_of(score - lse_i);
       const T ds = p * (dp - d_i) * (g.cap > T(0) ? T(1) - t * t : T(1));
       slice_axpy<DPT>(dq, ds, k_j);
     }
-  }
-  if (!active) return;
+  });
+  if (!r.active) return;
 #pragma unroll
   for (int d = 0; d < DPT; ++d)
-    if (e0 + d < g.dim) grad_q[q_row + e0 + d] += g.scale * dq[d];
+    if (r.e0 + d < g.dim) grad_q[r.row + r.e0 + d] += g.scale * dq[d];
 }
 
 }  // namespace megacpp::cuda::flash

@@ -123,6 +123,18 @@ MEGACPP_HD T next_state(const ScanView<T>& s, index_t bt, index_t h, bool doc_st
   return doc_start ? gu : exp(s.in.log_alpha[s.scalar(bt, h)]) * pre + gu;
 }
 
+// H_t[n, p] at token i of chunk c (first token bt0) from H_{t-1} (`h_prev`, read for i > 0) and the
+// state entering the chunk (`entering`, read at i = 0 unless the chunk starts its document): the
+// one step every pass walks a chunk with (local states from 0, the forward from E_c, the
+// backward's recompute from the saved state).
+template <class T>
+MEGACPP_HD T chunk_token_state(const ScanView<T>& s, index_t bt0, index_t h, const ScanChunk& c, index_t i, T h_prev,
+                               T entering, index_t n, index_t p) {
+  const bool doc_start = i == 0 && c.first_in_doc;
+  const T pre = doc_start ? T(0) : i == 0 ? entering : entering_state(s, bt0 + i, h, h_prev, n, p);
+  return next_state(s, bt0 + i, h, doc_start, pre, n, p);
+}
+
 // Device memory for the duration of one call (freed on every exit path, exceptions included).
 template <class T>
 class ScanScratch {

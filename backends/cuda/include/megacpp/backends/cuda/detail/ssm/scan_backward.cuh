@@ -69,11 +69,10 @@ MEGACPP_HD void backward_recompute_phase(const ScanView<T>& s, index_t b, index_
   const index_t P = s.sh.head_dim, NP = s.state_size(), bt0 = b * s.sh.seq + c.start;
   for (index_t e = tid; e < NP; e += threads) {
     const index_t n = e / P, p = e % P;
+    const T entering = c.first_in_doc ? T(0) : S[e];  // S is not read at a document's first chunk
     T state = T(0);
     for (index_t i = 0; i < c.length; ++i) {
-      const bool doc_start = i == 0 && c.first_in_doc;
-      const T pre = doc_start ? T(0) : i == 0 ? S[e] : entering_state(s, bt0 + i, h, state, n, p);
-      state = next_state(s, bt0 + i, h, doc_start, pre, n, p);
+      state = chunk_token_state(s, bt0, h, c, i, state, entering, n, p);
       Hc[i * NP + e] = state;
     }
     A[e] = X[e];

@@ -56,11 +56,7 @@ MEGACPP_HD void forward_local_phase(const ScanView<T>& s, index_t item, T* state
   for (index_t e = tid; e < NP; e += threads) {
     const index_t n = e / P, p = e % P;
     T state = T(0);
-    for (index_t i = 0; i < c.length; ++i) {
-      const bool doc_start = i == 0 && c.first_in_doc;
-      const T pre = i == 0 ? T(0) : entering_state(s, bt0 + i, h, state, n, p);
-      state = next_state(s, bt0 + i, h, doc_start, pre, n, p);
-    }
+    for (index_t i = 0; i < c.length; ++i) state = chunk_token_state(s, bt0, h, c, i, state, T(0), n, p);
     states[item * NP + e] = state;
   }
   if (tid == 0) decay[item] = chunk_decay(s, b, h, c);

@@ -27,12 +27,10 @@ namespace megacpp::cuda::ssm {
 template <class T>
 MEGACPP_HD void forward_state_phase(const ScanView<T>& s, index_t b, index_t h, const ScanChunk& c, index_t i,
                                     const T* entering, T* state, index_t tid, index_t threads) {
-  const index_t P = s.sh.head_dim, bt = b * s.sh.seq + c.start + i;
-  const bool doc_start = i == 0 && c.first_in_doc;
+  const index_t P = s.sh.head_dim, bt0 = b * s.sh.seq + c.start;
   for (index_t e = tid; e < s.state_size(); e += threads) {
     const index_t n = e / P, p = e % P;
-    const T pre = doc_start ? T(0) : i == 0 ? entering[e] : entering_state(s, bt, h, state[e], n, p);
-    state[e] = next_state(s, bt, h, doc_start, pre, n, p);
+    state[e] = chunk_token_state(s, bt0, h, c, i, state[e], i == 0 ? entering[e] : T(0), n, p);
   }
 }
 
