@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "attention/attention_problem.cuh"
 #include "cuda_bench.cuh"
 
 namespace {
@@ -30,20 +31,9 @@ struct Result {
 Result run(index_t batch, index_t seq, index_t heads, index_t dim, index_t docs_per_row) {
   std::vector<std::vector<index_t>> rows(static_cast<std::size_t>(batch),
                                          std::vector<index_t>(static_cast<std::size_t>(docs_per_row), seq / docs_per_row));
-  const auto docs = DocumentLayout<Cuda>::from_lengths(rows);
-  Rng rng(42);
-  const Shape shape{batch, seq, heads, dim};
-  const auto q = randn<float, Cuda>(shape, rng), k = randn<float, Cuda>(shape, rng), v = randn<float, Cuda>(shape, rng);
-  const auto grad_o = randn<float, Cuda>(shape, rng);
-  Tensor<float, Cuda> o(shape), lse(Shape{batch, seq, heads});
-  auto dq = Tensor<float, Cuda>::zeros(shape), dk = Tensor<float, Cuda>::zeros(shape), dv = Tensor<float, Cuda>::zeros(shape);
-  const kernels::AttentionParams p = kernels::attention_params("bench", shape, shape, shape, docs, AttentionOptions{});
-  using Kernel = kernels::FusedAttention<Cuda>;
-  auto forward = [&] { Kernel::forward<float>(p, docs, {q.data(), k.data(), v.data(), o.data(), lse.data()}); };
-  auto backward = [&] {
-    Kernel::backward<float>(p, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), grad_o.data(), dq.data(),
-                                      dk.data(), dv.data()});
-  };
+  bench::CudaAttentionProblem problem(DocumentLayout<Cuda>::from_lengths(rows), heads, heads, dim, 42);
+  auto forward = [&] { problem.forward(); };
+  auto backward = [&] { problem.backward(); };
   Result r;
   for (index_t d = 0; d < docs_per_row; ++d) {
     const long long len = seq / docs_per_row;

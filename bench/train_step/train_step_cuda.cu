@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_problem.cuh"
 #include "cuda_bench.cuh"
 #include "megacpp/nn/model.hpp"
 #include "megacpp/optim.hpp"
@@ -101,18 +102,10 @@ double attention_ms_per_step() {
                 dim = kBenchAttention.head_dim_for(kBenchDims.d_model);
   const auto docs = DocumentLayout<Cuda>::from_lengths(
       std::vector<std::vector<index_t>>(kBatch, std::vector<index_t>(kSeq / kDocLen, kDocLen)));
-  Rng rng(3);
-  const Shape qs{kBatch, kSeq, heads, dim}, ks{kBatch, kSeq, kv, dim};
-  const auto q = randn<float, Cuda>(qs, rng), k = randn<float, Cuda>(ks, rng), v = randn<float, Cuda>(ks, rng);
-  const auto grad_o = randn<float, Cuda>(qs, rng);
-  Tensor<float, Cuda> o(qs), lse(Shape{kBatch, kSeq, heads});
-  auto dq = Tensor<float, Cuda>::zeros(qs), dk = Tensor<float, Cuda>::zeros(ks), dv = Tensor<float, Cuda>::zeros(ks);
-  const kernels::AttentionParams p = kernels::attention_params("bench", qs, ks, ks, docs, AttentionOptions{});
-  using Kernel = kernels::FusedAttention<Cuda>;
+  bench::CudaAttentionProblem problem(docs, heads, kv, dim, 3);
   return kBenchDims.n_layers * bench::median_ms([&] {
-    Kernel::forward<float>(p, docs, {q.data(), k.data(), v.data(), o.data(), lse.data()});
-    Kernel::backward<float>(p, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), grad_o.data(), dq.data(),
-                                      dk.data(), dv.data()});
+    problem.forward();
+    problem.backward();
   });
 }
 }  // namespace
