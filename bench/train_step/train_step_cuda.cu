@@ -9,8 +9,12 @@
 // products inside documents. MFU is against the H100 SXM's dense peak of the path: 989 TFLOP/s
 // bf16, 67 TFLOP/s fp32 (full fp32 products unless TF32 is asked for). Median of 10 steps after 3
 // warm-ups.
+#include <cuda_profiler_api.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention/attention_problem.cuh"
@@ -73,6 +77,13 @@ Figures run(const char* name) {
   };
   Figures f;
   f.ms = bench::median_ms(step, 3, 10);
+  // MEGACPP_PROFILE_STEP=1: one more bf16 step inside cudaProfilerStart/Stop, for
+  // `ncu --profile-from-start off --print-summary per-kernel` (kernel times of one step).
+  if (std::is_same_v<P, Bf16Mixed> && std::getenv("MEGACPP_PROFILE_STEP")) {
+    MEGACPP_CUDA_CHECK(cudaProfilerStart());
+    step();
+    MEGACPP_CUDA_CHECK(cudaProfilerStop());
+  }
   f.loss = loss;
   // Where the step goes: the forward (with its graph) alone, and AdamW's update alone.
   f.forward_ms = bench::median_ms([&] { loss = model.loss(in, tg, mask, docs).item(); }, 1, 5);

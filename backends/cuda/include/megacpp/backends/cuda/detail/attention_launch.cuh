@@ -122,12 +122,8 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   if (!a.grad_q && !a.grad_k && !a.grad_v) return stats;
   const Geometry<T> g = geometry<T>(p);
   const index_t rows = p.batch * p.seq * p.heads;
-  T* drow = allocate<T>(static_cast<std::size_t>(rows));  // (batch, seq, heads)
-  struct Release {
-    T* ptr;
-    std::size_t n;
-    ~Release() { deallocate<T>(ptr, n); }
-  } release{drow, static_cast<std::size_t>(rows)};
+  const DeviceBuffer<T> drow_buffer(static_cast<std::size_t>(rows));  // D = rowsum(dO o O): (batch, seq, heads)
+  T* drow = drow_buffer.get();
   output_dot_kernel<T><<<grid_for(rows), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
   MEGACPP_CUDA_CHECK_LAUNCH(output_dot_kernel);
   stats.two_pass = true;

@@ -108,6 +108,23 @@ void deallocate(T* p, std::size_t n) {
 // Returns the cached free blocks to the driver (e.g. before handing the GPU to another library).
 inline void empty_cache() { block_cache().release(); }
 
+// n elements of device scratch for the duration of one kernel call, returned to the cache on every
+// exit path (exceptions included). Reuse is stream-ordered, so the kernels queued on it finish
+// first.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t n) : n_(n), data_(allocate<T>(n)) {}
+  ~DeviceBuffer() { deallocate<T>(data_, n_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return data_; }
+
+ private:
+  std::size_t n_;
+  T* data_;
+};
+
 inline MemoryStats memory_stats() {
   return memory_counter().stats();
 }

@@ -126,22 +126,6 @@ __global__ void rotary_angle_grad_kernel(kernels::RotaryAnglesParams p, const T*
   for (index_t i = global_thread(); i < n; i += grid_stride()) dangle[i] += rotary_angle_grad(p, angle, dt, G, i);
 }
 
-// G (batch, seq, heads, S) for one angles backward call, device memory freed on return
-// (cudaFree waits for the kernels that read it).
-template <class T>
-class ThetaGradBuffer {
- public:
-  explicit ThetaGradBuffer(index_t n) : n_(static_cast<std::size_t>(n)), data_(allocate<T>(n_)) {}
-  ThetaGradBuffer(const ThetaGradBuffer&) = delete;
-  ThetaGradBuffer& operator=(const ThetaGradBuffer&) = delete;
-  ~ThetaGradBuffer() { deallocate(data_, n_); }
-  T* data() const { return data_; }
-
- private:
-  std::size_t n_;
-  T* data_;
-};
-
 // cossin from angle and dt; doc_ids (batch, seq) on the device.
 template <class T>
 void rotary_angles_forward(const kernels::RotaryAnglesParams& p, const std::int32_t* doc_ids,
@@ -158,18 +142,18 @@ void rotary_angles_backward(const kernels::RotaryAnglesParams& p, const std::int
                             const kernels::RotaryAnglesArgs<T>& a, const kernels::RotaryAnglesGrads<T>& g) {
   const index_t tokens = p.batch * p.seq;
   if ((!g.angle && !g.dt) || tokens == 0) return;
-  const ThetaGradBuffer<T> G(tokens * p.heads * p.n_angles);
+  const DeviceBuffer<T> G(static_cast<std::size_t>(tokens * p.heads * p.n_angles));  // (batch, seq, heads, S)
   const index_t walks = p.batch * p.heads * p.n_angles;
   if (walks > 0) {
-    rotary_theta_grad_kernel<T><<<grid_for(walks), kThreads, 0, kStream>>>(p, doc_ids, g.cossin, g.dcossin, G.data());
+    rotary_theta_grad_kernel<T><<<grid_for(walks), kThreads, 0, kStream>>>(p, doc_ids, g.cossin, g.dcossin, G.get());
     MEGACPP_CUDA_CHECK_LAUNCH(rotary_theta_grad_kernel);
   }
   if (g.dt && p.heads > 0) {
-    rotary_dt_grad_kernel<T><<<grid_for(tokens * p.heads), kThreads, 0, kStream>>>(p, a.angle, G.data(), g.dt);
+    rotary_dt_grad_kernel<T><<<grid_for(tokens * p.heads), kThreads, 0, kStream>>>(p, a.angle, G.get(), g.dt);
     MEGACPP_CUDA_CHECK_LAUNCH(rotary_dt_grad_kernel);
   }
   if (g.angle && p.n_angles > 0) {
-    rotary_angle_grad_kernel<T><<<grid_for(tokens * p.n_angles), kThreads, 0, kStream>>>(p, a.angle, a.dt, G.data(),
+    rotary_angle_grad_kernel<T><<<grid_for(tokens * p.n_angles), kThreads, 0, kStream>>>(p, a.angle, a.dt, G.get(),
                                                                                           g.angle);
     MEGACPP_CUDA_CHECK_LAUNCH(rotary_angle_grad_kernel);
   }

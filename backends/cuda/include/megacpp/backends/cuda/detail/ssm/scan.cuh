@@ -135,21 +135,6 @@ MEGACPP_HD T chunk_token_state(const ScanView<T>& s, index_t bt0, index_t h, con
   return next_state(s, bt0 + i, h, doc_start, pre, n, p);
 }
 
-// Device memory for the duration of one call (freed on every exit path, exceptions included).
-template <class T>
-class ScanScratch {
- public:
-  explicit ScanScratch(std::size_t n) : n_(n), data_(allocate<T>(n)) {}
-  ~ScanScratch() { deallocate<T>(data_, n_); }
-  ScanScratch(const ScanScratch&) = delete;
-  ScanScratch& operator=(const ScanScratch&) = delete;
-  T* get() const { return data_; }
-
- private:
-  std::size_t n_;
-  T* data_;
-};
-
 // Checks the sizes (the statement of what the kernels assume) and returns every row's chunk plan,
 // (batch, max_chunks) padded with length-0 chunks: plan_row_chunks, as the CPU kernel plans.
 inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, const std::vector<std::int32_t>& doc_ids) {
@@ -172,7 +157,7 @@ inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, co
 
 // The chunk table on the device for one call.
 struct DeviceChunks {
-  ScanScratch<ScanChunk> device;
+  DeviceBuffer<ScanChunk> device;
   explicit DeviceChunks(const std::vector<ScanChunk>& table) : device(table.size()) {
     copy_from_host<ScanChunk>(device.get(), table.data(), table.size());
   }

@@ -78,15 +78,15 @@ void scan_forward(const ScanParams& sh, const std::vector<std::int32_t>& doc_ids
   const DeviceChunks chunks(plan);
   const ScanView<T> s{sh, in, chunks.device.get()};
   const index_t items = s.chunk_items(), NP = s.state_size();
-  const ScanScratch<T> own_states(chunk_states ? 0 : static_cast<std::size_t>(items * NP));
+  const DeviceBuffer<T> own_states(chunk_states ? 0 : static_cast<std::size_t>(items * NP));
   T* states = chunk_states ? chunk_states : own_states.get();
-  const ScanScratch<T> decay(static_cast<std::size_t>(items));
+  const DeviceBuffer<T> decay(static_cast<std::size_t>(items));
   scan_forward_local_kernel<T><<<grid_per_item(items), kThreads, 0, kStream>>>(s, states, decay.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_local_kernel);
   scan_forward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, states, decay.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_carry_kernel);
   const index_t blocks = items < kForwardChunkBlocks ? items : kForwardChunkBlocks;
-  const ScanScratch<T> scratch(static_cast<std::size_t>(blocks * NP));
+  const DeviceBuffer<T> scratch(static_cast<std::size_t>(blocks * NP));
   scan_forward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, states, y, scratch.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_kernel);
 }
