@@ -49,30 +49,18 @@ testing::Outputs model_step_outputs() {
   return out;
 }
 
-// True when backend B implements every kernel the pattern's block reaches.
-template <Backend B>
-bool model_step_runs_on(std::size_t index) {
-  if (index == 0) return kernels::FusedAttention<B>::available;
-  return kernels::SsmScan<B>::available && kernels::SsmRotary<B>::available && kernels::CausalConv1d<B>::available;
-}
-
-// Calls f.template operator()<P>() with pattern model_step_patterns()[index], for backends that
-// implement its kernels (a layer reaching a kernel B lacks does not compile).
-template <Backend B, class F>
+// Calls f.template operator()<P>() with pattern model_step_patterns()[index].
+template <class F>
 void with_model_step_pattern(std::size_t index, F&& f) {
-  if (index == 0) {
-    if constexpr (kernels::FusedAttention<B>::available) f.template operator()<"A">();
-  } else if constexpr (kernels::SsmScan<B>::available && kernels::SsmRotary<B>::available &&
-                       kernels::CausalConv1d<B>::available) {
-    f.template operator()<"M">();
-  }
+  if (index == 0) f.template operator()<"A">();
+  else f.template operator()<"M">();
 }
 
-// model_step_outputs for pattern model_step_patterns()[index] (empty when B lacks its kernels).
+// model_step_outputs for pattern model_step_patterns()[index].
 template <class T, Backend B>
 testing::Outputs model_step_outputs(std::size_t index) {
   testing::Outputs out;
-  with_model_step_pattern<B>(index, [&]<FixedString P>() { out = model_step_outputs<T, B, P>(); });
+  with_model_step_pattern(index, [&]<FixedString P>() { out = model_step_outputs<T, B, P>(); });
   return out;
 }
 

@@ -16,7 +16,7 @@
 //
 // Then whole models (model_step.hpp): the one-block attention and Mamba-3 LMs' training step
 // (loss and every parameter gradient) against the CPU backend, and the document-masking
-// invariants on the GPU (nn/model/masking_check.hpp), for each pattern whose kernels Cuda has;
+// invariants on the GPU (nn/model/masking_check.hpp), for each pattern;
 // and the tiny "AAM" model's life on the GPU: training lowers its loss, its checkpoint reads back
 // bitwise (and on the CPU), and it generates what the full forward and the CPU generate.
 //
@@ -245,14 +245,9 @@ std::string check_tiny_model_lifecycle() {
 void run_model_checks(Report& report) {
   for (std::size_t i = 0; i < model_step_patterns().size(); ++i) {
     const std::string name = "one-block \"" + model_step_patterns()[i] + "\" model";
-    if (!model_step_runs_on<Cuda>(i)) {
-      std::printf("%s: a kernel its block needs is not implemented by Cuda (not run)\n", name.c_str());
-      report.not_implemented(name + " train step and masking");
-      continue;
-    }
     report.run(name + " train step [float] cuda vs CPU", [i] { return check_model_step<float>(i); });
     report.run(name + " train step [double] cuda vs CPU", [i] { return check_model_step<double>(i); });
-    with_model_step_pattern<Cuda>(i, [&]<FixedString P>() {
+    with_model_step_pattern(i, [&]<FixedString P>() {
       report.run(name + " document masking on the GPU", [] { return check_model_masking<P>(); });
     });
   }

@@ -141,9 +141,9 @@ struct SoftcapCrossEntropy<Cuda> {
 };
 
 /// The MoE experts' grouped product as one cuBLAS GEMM per non-empty group, issued in order on
-/// the backend's stream (the groups' sizes are host data). Compiled and linked by the CUDA
-/// build; not yet run on a GPU. A grouped kernel (CUTLASS grouped GEMM, DeepGEMM's contiguous
-/// layout) is the CUDA issue's.
+/// the backend's stream (the groups' sizes are host data); run against the CPU on an H100
+/// (tests/cuda). A grouped kernel in one launch (CUTLASS grouped GEMM, DeepGEMM's contiguous
+/// layout) is left to do.
 template <>
 struct GroupedGemm<Cuda> {
   static constexpr bool available = true;
@@ -172,7 +172,6 @@ struct GroupedGemm<Cuda> {
 };
 
 /// The MoE gated combine: one block per token, slots in order (detail/gated_combine.cuh).
-/// Compiled and linked by the CUDA build; not yet run on a GPU.
 template <>
 struct GatedCombine<Cuda> {
   static constexpr bool available = true;

@@ -42,17 +42,13 @@ std::vector<WorkTile> document_tiles(const DocumentLayout<B>& docs, index_t rows
   return work;
 }
 
-// The work list in device memory for the duration of one call.
+// The work list on the host (for the statistics) and in device memory for one call.
 struct DeviceWork {
   std::vector<WorkTile> host;
-  WorkTile* device = nullptr;
-  explicit DeviceWork(std::vector<WorkTile> tiles) : host(std::move(tiles)) {
-    device = allocate<WorkTile>(host.size());
-    copy_from_host<WorkTile>(device, host.data(), host.size());
+  DeviceBuffer<WorkTile> device;
+  explicit DeviceWork(std::vector<WorkTile> tiles) : host(std::move(tiles)), device(host.size()) {
+    copy_from_host<WorkTile>(device.get(), host.data(), host.size());
   }
-  ~DeviceWork() { deallocate<WorkTile>(device, host.size()); }
-  DeviceWork(const DeviceWork&) = delete;
-  DeviceWork& operator=(const DeviceWork&) = delete;
   unsigned count() const { return static_cast<unsigned>(host.size()); }
 };
 
@@ -107,7 +103,7 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
     const std::size_t shared = 2 * kKeyTile * L::kRow * sizeof(T);
     allow_shared_memory(forward_kernel<T, DPT, TPR>, shared);
     forward_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-        g, work.device, a.q, a.k, a.v, a.o, a.lse);
+        g, work.device.get(), a.q, a.k, a.v, a.o, a.lse);
     MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
   });
   return stats;
@@ -137,7 +133,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
       const std::size_t shared = (2 * kQueryChunk * L::kRow + 2 * kQueryChunk) * sizeof(T);
       allow_shared_memory(key_value_grad_kernel<T, DPT, TPR>, shared);
       key_value_grad_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.kv_heads)), kBlockThreads, shared,
-                                           kStream>>>(g, work.device, a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_k,
+                                           kStream>>>(g, work.device.get(), a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_k,
                                                       a.grad_v);
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
     }
@@ -146,7 +142,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
       const std::size_t shared = 2 * kKeyTile * L::kRow * sizeof(T);
       allow_shared_memory(query_grad_kernel<T, DPT, TPR>, shared);
       query_grad_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared,
-                                       kStream>>>(g, work.device, a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_q);
+                                       kStream>>>(g, work.device.get(), a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_q);
       MEGACPP_CUDA_CHECK_LAUNCH(query_grad_kernel);
     }
   });

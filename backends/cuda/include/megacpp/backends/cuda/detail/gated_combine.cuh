@@ -6,7 +6,7 @@
 // One block per token (grid-stride over tokens), threads over the row width: each thread adds
 // its columns' k slots in slot order; every gradient row is written by one block (each sorted
 // row belongs to one slot), so no atomics. The dot products reduce over the block (block_sum):
-// a fixed tree for a fixed block size. Compiled and linked by the CUDA build; not yet run on a GPU.
+// a fixed tree for a fixed block size.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 

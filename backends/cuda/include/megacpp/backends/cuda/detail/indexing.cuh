@@ -38,8 +38,8 @@ void gather_rows(index_t n, index_t dim, const T* table, const std::int32_t* idx
 // (CUB's radix sort: stable, so equal indices keep their row order), then one block per sorted
 // position that starts a run of equal indices adds that run's rows into its table row, columns
 // over threads. Parallel over the distinct indices and the columns: the embedding backward of
-// a 4096-token batch went from 1.98 ms (one thread per column walking every row) to a few tens
-// of microseconds on an H100.
+// a 4096-token batch took 1.98 ms on an H100 with one thread per column walking every row; sorted,
+// it dropped below the step's dozen longest kernels (each over 0.12 ms).
 // out[i] = i (a template, so that every translation unit may hold its instantiation).
 template <class I>
 __global__ void iota_kernel(index_t n, I* out) {

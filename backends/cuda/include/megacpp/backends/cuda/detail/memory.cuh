@@ -45,13 +45,11 @@ class BlockCache {
     if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
-    cached_bytes_ -= size;
     return p;
   }
   void give(void* p, std::size_t size) {
     const std::lock_guard<std::mutex> lock(mutex_);
     free_[size].push_back(p);
-    cached_bytes_ += size;
   }
   // Returns every cached block to the driver (cudaFree waits for the device once per block).
   void release() {
@@ -59,17 +57,11 @@ class BlockCache {
     for (auto& [size, blocks] : free_)
       for (void* p : blocks) MEGACPP_CUDA_CHECK(cudaFree(p));
     free_.clear();
-    cached_bytes_ = 0;
-  }
-  std::size_t cached_bytes() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return cached_bytes_;
   }
 
  private:
   mutable std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
-  std::size_t cached_bytes_ = 0;
 };
 
 // One cache per process, never destroyed: blocks still cached at exit go back with the context
