@@ -15,6 +15,11 @@
 // that ran, or the FMA peak on the fp32 fallback. Step peak memory: the most bytes one step adds
 // to what was live before it (Cpu::memory_stats(): activations, gradients and temporaries; the
 // weights and AdamW state are the same in both precisions), printed per model.
+// Gradient accumulation in bf16: the dense bf16 step again as 4 micro-batches of 1 row. Each
+// weight's bf16 copy is cast once per optimizer step (Var::value_as_bf16 keeps it until a writer
+// changes the weight); the same step with the copies dropped before every micro-batch (a cast
+// per micro-batch, as before the cache) is timed beside it, and the bench counts how many weight
+// copies the later micro-batches had to remake (0 when the cache holds).
 #include <chrono>
 #include <cstdio>
 #include <utility>
@@ -67,32 +72,69 @@ struct StepFigures {
   double step_peak_mib = 0;
 };
 
-// One model's training step on a fixed packed batch (AdamW on every parameter).
+// One packed micro-batch: `rows` rows of the bench's token stream from row `first`.
+template <class Model>
+struct MicroBatch {
+  DocumentLayout<Cpu> docs;
+  CpuTensor<std::int32_t> in, tg;
+  CpuTensor<float> mask;
+  MicroBatch(const std::vector<std::int32_t>& ids, const std::vector<std::int32_t>& targets, index_t first, index_t rows)
+      : mask(CpuTensor<float>::full({rows, kSeq}, 1.0f)) {
+    const auto from = static_cast<std::ptrdiff_t>(first * kSeq), to = static_cast<std::ptrdiff_t>((first + rows) * kSeq);
+    const std::vector<std::int32_t> i(ids.begin() + from, ids.begin() + to), t(targets.begin() + from, targets.begin() + to);
+    docs = Model::documents(i, rows, kSeq, kBos);
+    in = CpuTensor<std::int32_t>::from_host({rows, kSeq}, i);
+    tg = CpuTensor<std::int32_t>::from_host({rows, kSeq}, t);
+  }
+};
+
+// One model's training step on a fixed packed batch (AdamW on every parameter), as one
+// micro-batch of kBatch rows or as kBatch micro-batches of one row (losses scaled by 1/kBatch).
 template <class Model>
 struct StepBench {
   Model model{0};
-  optim::AdamW<float, Cpu> opt{optim::collect_params<float, Cpu>(model), optim::AdamWOptions{.lr = 1e-3}};
+  std::vector<optim::ParamRef<float, Cpu>> params = optim::collect_params<float, Cpu>(model);
+  optim::AdamW<float, Cpu> opt{params, optim::AdamWOptions{.lr = 1e-3}};
   std::vector<std::int32_t> ids, targets;
-  DocumentLayout<Cpu> docs;
-  CpuTensor<std::int32_t> in, tg;
-  CpuTensor<float> mask = CpuTensor<float>::full({kBatch, kSeq}, 1.0f);
+  std::vector<MicroBatch<Model>> micro;
+  // accumulation only: drop every weight's bf16 copy before each micro-batch (a cast per micro-batch)
+  bool recast_per_micro_batch = false;
+  std::size_t recast_copies = 0;  // weight copies a later micro-batch had to remake, over all steps
   double loss = 0;
 
-  StepBench() : ids(static_cast<std::size_t>(kBatch * kSeq)), targets(ids.size()) {
+  explicit StepBench(bool accumulate = false) : ids(static_cast<std::size_t>(kBatch * kSeq)), targets(ids.size()) {
     std::fputs(model.summary().c_str(), stdout);
     Rng rng(2);
     for (std::size_t i = 0; i < ids.size(); ++i) {
       ids[i] = i % kDocLen == 0 ? kBos : static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
       targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
     }
-    docs = Model::documents(ids, kBatch, kSeq, kBos);
-    in = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, ids);
-    tg = CpuTensor<std::int32_t>::from_host({kBatch, kSeq}, targets);
+    if (accumulate)
+      for (index_t b = 0; b < kBatch; ++b) micro.emplace_back(ids, targets, b, 1);
+    else
+      micro.emplace_back(ids, targets, 0, kBatch);
   }
   void step() {
-    const auto l = model.loss(in, tg, mask, docs);
-    loss = l.item();
-    backward(l);
+    std::vector<Tensor<bf16, Cpu>> first_copies;
+    loss = 0;
+    for (std::size_t m = 0; m < micro.size(); ++m) {
+      if (recast_per_micro_batch)
+        for (auto& p : params) p.var.mutable_value();  // drops the copy
+      const MicroBatch<Model>& mb = micro[m];
+      const auto l = model.loss(mb.in, mb.tg, mb.mask, mb.docs);
+      loss += l.item() / static_cast<double>(micro.size());
+      backward(micro.size() > 1 ? scale(l, 1.0 / static_cast<double>(micro.size())) : l);
+      if constexpr (std::is_same_v<typename Model::precision_type, Bf16Mixed>) {
+        if (micro.size() == 1) continue;
+        // the copies the first micro-batch's products made, and whether the next ones reused them
+        for (std::size_t i = 0, matrix = 0; i < params.size(); ++i) {
+          if (params[i].shape().rank() != 2) continue;
+          if (m == 0) first_copies.push_back(params[i].var.value_as_bf16());
+          else recast_copies += !params[i].var.value_as_bf16().same_data(first_copies[matrix]);
+          ++matrix;
+        }
+      }
+    }
     opt.step();
     opt.zero_grad();
   }
@@ -138,6 +180,35 @@ std::pair<StepFigures, StepFigures> time_pair(const bench::BenchArgs& args, cons
   return {first.figures(t[0].median_s, first_name), second.figures(t[1].median_s, second_name)};
 }
 
+// The bf16 dense step as kBatch micro-batches of one row: weights cast once per step (the cache)
+// against a cast per micro-batch, timed round-robin; and the copies the cache holds between steps.
+struct AccumulationFigures {
+  StepFigures cached, recast;
+  std::size_t recast_copies = 0;  // remade by later micro-batches under the cache: 0 when it holds
+  double copies_mib = 0;          // the bf16 weight copies held between steps
+  double cast_ms = 0;             // one cast of every weight matrix: what each saved cast saves
+};
+AccumulationFigures time_accumulation(const bench::BenchArgs& args) {
+  StepBench<DenseBf16Model> cached(true), recast(true);
+  recast.recast_per_micro_batch = true;
+  const auto t = bench::time_interleaved({{"dense-bf16-accum4", [&] { cached.step(); }},
+                                          {"dense-bf16-accum4-recast", [&] { recast.step(); }}},
+                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  AccumulationFigures f;
+  f.recast_copies = cached.recast_copies;
+  for (const auto& p : cached.params)
+    if (p.shape().rank() == 2) f.copies_mib += static_cast<double>(p.var.numel() * sizeof(bf16)) / (1 << 20);
+  const auto cast = bench::time_interleaved({{"cast", [&] {
+                                                for (const auto& p : cached.params)
+                                                  if (p.shape().rank() == 2) (void)p.var.value().template to<bf16>();
+                                              }}},
+                                            args.quick ? 0.2 : 1.0, 3);
+  f.cast_ms = cast[0].median_s * 1e3;
+  f.cached = cached.figures(t[0].median_s, "dense-bf16-accum4");
+  f.recast = recast.figures(t[1].median_s, "dense-bf16-accum4-recast");
+  return f;
+}
+
 template <class Model>
 StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
   StepBench<Model> b;
@@ -162,6 +233,7 @@ int main(int argc, char** argv) {
   const StepFigures moe = time_steps<MoEModel>(args, "aem-moe");
   const auto [hybrid, hybrid16] = time_pair<HybridModel, HybridBf16Model>(args, "aam", "aam-bf16");
   const auto [dense32, dense16] = time_pair<DenseModel, DenseBf16Model>(args, "dense", "dense-bf16");
+  const AccumulationFigures accum = time_accumulation(args);
   const double bf16_peak = bench::bf16_dot_peak_gflops();
   const double fma_peak = bench::fma_peak_gflops();
   const double bf16_denominator = bf16_peak > 0 ? bf16_peak : fma_peak;  // the fallback multiplies in fp32
@@ -173,6 +245,11 @@ int main(int argc, char** argv) {
               "peak; aam bf16: %.0f tokens/s = %.2fx its fp32 step\n",
               dense16.tokens_per_s, dense32.seconds / dense16.seconds, mfu16, hybrid16.tokens_per_s,
               hybrid.seconds / hybrid16.seconds);
+  std::printf("dense bf16, %lld micro-batches of 1 row: %.0f tokens/s with each weight cast once per step (%zu copies "
+              "remade by later micro-batches; %.1f MiB of bf16 copies held between steps), %.0f tokens/s casting per "
+              "micro-batch: %.3fx; one cast of every weight takes %.2f ms\n",
+              static_cast<long long>(kBatch), accum.cached.tokens_per_s, accum.recast_copies, accum.copies_mib,
+              accum.recast.tokens_per_s, accum.recast.seconds / accum.cached.seconds, accum.cast_ms);
   const double mfu = dense.model_gflop / dense.seconds / gemm;
   const double mtp_overhead = mtp.seconds / dense.seconds - 1.0;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
@@ -193,6 +270,11 @@ int main(int argc, char** argv) {
       .add("tokens_per_s_dense_bf16", dense16.tokens_per_s, 1).add("tokens_per_s_aam_bf16", hybrid16.tokens_per_s, 1)
       .add("mfu_dense_bf16", mfu16, 3).add("dense_bf16_over_fp32", dense32.seconds / dense16.seconds, 3)
       .add("aam_bf16_over_fp32", hybrid.seconds / hybrid16.seconds, 3)
+      .add("tokens_per_s_dense_bf16_accum4", accum.cached.tokens_per_s, 1)
+      .add("tokens_per_s_dense_bf16_accum4_recast", accum.recast.tokens_per_s, 1)
+      .add("bf16_accum4_cast_once_speedup", accum.recast.seconds / accum.cached.seconds, 3)
+      .add("bf16_accum4_copies_recast", static_cast<double>(accum.recast_copies), 0)
+      .add("bf16_weight_copies_mib_dense", accum.copies_mib, 1).add("bf16_weight_cast_ms_dense", accum.cast_ms, 2)
       .add("step_peak_mib_dense", dense32.step_peak_mib, 1).add("step_peak_mib_dense_bf16", dense16.step_peak_mib, 1).add("bf16_peak_gflops", bf16_peak, 1)
       .add("gemm_gflops", gemm, 1).print();
   return 0;

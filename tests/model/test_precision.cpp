@@ -90,7 +90,7 @@ TEST_CASE("Var::value_as_bf16: an op result is converted once and shared, a leaf
   const auto H16 = first.to_host();
   for (std::size_t i = 0; i < H.size(); ++i) REQUIRE(H16[i].bits == bf16(H[i]).bits);
 
-  // a leaf is converted on every call: an in-place update (as an optimizer step writes it) shows
+  // a leaf's copy follows an in-place update (as an optimizer step writes it)
   const Tensor<bf16, Cpu> before = w.value_as_bf16();
   Tensor<float, Cpu> storage = w.value();  // shares the value's storage, as an optimizer's handle does
   storage.data()[0] = 3.0f;
@@ -105,7 +105,7 @@ TEST_CASE("Var::value_as_bf16: an op result is converted once and shared, a leaf
   {
     const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
     shared_sum = add(add(matmul(x, w, false, true), matmul(x, w, false, true)), matmul(x, w, false, true));
-    const auto x_copy = Var<float, Cpu>(x.value().clone());  // a leaf: converted by each product
+    const auto x_copy = Var<float, Cpu>(x.value().clone());  // a leaf of the same values
     separate_sum = add(add(matmul(x_copy, w, false, true), matmul(x_copy, w, false, true)), matmul(x_copy, w, false, true));
   }
   const auto S = shared_sum.value().to_host(), P = separate_sum.value().to_host();
@@ -113,6 +113,113 @@ TEST_CASE("Var::value_as_bf16: an op result is converted once and shared, a leaf
   for (std::size_t i = 0; i < S.size(); ++i) REQUIRE(S[i] == P[i]);
   backward(sum(shared_sum));
   CHECK(a.grad().defined());
+}
+
+TEST_CASE("Var::value_as_bf16: a leaf is cast once until a writer changes it, whatever the writer", "[precision]") {
+  Rng rng(6);
+  auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({6, 5}, rng));
+  // the copy equals a fresh conversion of the value, bit for bit
+  const auto fresh = [&] {
+    const auto got = w.value_as_bf16().to_host(), want = w.value().to<bf16>().to_host();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i].bits != want[i].bits) return false;
+    return true;
+  };
+  // Each writer in turn: the copy is kept while nothing writes (reads through const handles do
+  // not count), and after the write it is remade and equals the new value's conversion. `held`
+  // keeps the previous copy alive, so a remade copy cannot land in the same storage.
+  const std::vector<std::pair<const char*, std::function<void()>>> writers = {
+      {"a handle sharing the storage writes through data()", [&] {
+         Tensor<float, Cpu> handle = w.value();
+         handle.data()[3] = 7.0f;
+       }},
+      {"a row view is assigned (plasticity resets write rows this way)", [&] {
+         Tensor<float, Cpu> rows = w.value().rows(2, 4);
+         rows.assign(Tensor<float, Cpu>::full({2, 5}, -2.5f));
+       }},
+      {"fill", [&] { Tensor<float, Cpu>(w.value()).fill(0.125f); }},
+      {"mutable_value() is given a whole new tensor", [&] { w.mutable_value() = Tensor<float, Cpu>::full({6, 5}, 9.0f); }},
+      {"an optimizer step", [&] {
+         w.zero_grad();
+         backward(sum(mul(w, w)));
+         optim::AdamW<float, Cpu> opt({optim::ParamRef<float, Cpu>{"w", w, Role::matrix, {}}}, optim::AdamWOptions{.lr = 0.1});
+         opt.step();
+       }},
+  };
+  Tensor<bf16, Cpu> held = w.value_as_bf16();
+  for (const auto& [what, write] : writers) {
+    INFO(what);
+    const Tensor<float, Cpu>& read_only = w.value();
+    [[maybe_unused]] const float first = *read_only.data();  // a const read
+    CHECK(w.value_as_bf16().same_data(held));                  // no write: the same copy
+    write();
+    CHECK_FALSE(w.value_as_bf16().same_data(held));
+    CHECK(fresh());
+    held = w.value_as_bf16();
+  }
+}
+
+// The tiny model trained with two micro-batches per step: every bf16 weight is cast once per
+// optimizer step (the second micro-batch's products use the first one's copies), and the run is
+// bitwise the run that casts at every use, i.e. a cached copy is never stale.
+TEST_CASE("Bf16Mixed with gradient accumulation: weights are cast once per step, bitwise as casting at every use",
+          "[precision]") {
+  using Model = TinyLM<float, Cpu>::with_precision<Bf16Mixed>;
+  const testing::MaskingBatch data(264);
+  const auto docs = Model::documents(data.ids, data.batch, data.seq, testing::MaskingBatch::bos);
+  const auto in = Tensor<std::int32_t, Cpu>::from_host({data.batch, data.seq}, data.ids);
+  const auto tg = Tensor<std::int32_t, Cpu>::from_host({data.batch, data.seq}, data.targets);
+  const auto mask = Tensor<float, Cpu>::full({data.batch, data.seq}, 1.0f);
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> weights;
+    std::size_t casts_reused = 0, matrices = 0;
+  };
+  const auto train = [&](bool cast_at_every_use) {
+    Model model(11);
+    optim::HybridOptions ho;
+    ho.muon.lr = 0.02;
+    ho.adamw.lr = 0.004;
+    optim::Hybrid<float, Cpu> opt(model, ho);
+    auto params = optim::collect_params<float, Cpu>(model);
+    Run r;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Tensor<bf16, Cpu>> first_copies;
+      for (int micro = 0; micro < 2; ++micro) {
+        if (cast_at_every_use)
+          for (auto& p : params) p.value();  // mutable_value() drops every copy: the old per-use cast
+        const auto loss = model.loss(in, tg, mask, docs);
+        r.losses.push_back(loss.item());
+        backward(loss);
+        std::size_t matrix = 0;
+        for (auto& p : params) {
+          if (p.shape().rank() != 2) continue;
+          if (micro == 0) first_copies.push_back(p.var.value_as_bf16());
+          else {
+            r.matrices += 1;
+            r.casts_reused += p.var.value_as_bf16().same_data(first_copies[matrix]);
+          }
+          ++matrix;
+        }
+      }
+      opt.step();
+      opt.zero_grad();
+    }
+    model.for_each_param([&](const std::string&, Param<float, Cpu>& p) {
+      const auto v = p.var.value().to_host();
+      r.weights.insert(r.weights.end(), v.begin(), v.end());
+    });
+    return r;
+  };
+  const Run cached = train(false), every_use = train(true);
+  CHECK(cached.matrices > 0);
+  CHECK(cached.casts_reused == cached.matrices);  // the second micro-batch cast nothing again
+  CHECK(every_use.casts_reused == 0);
+  REQUIRE(cached.losses.size() == every_use.losses.size());
+  for (std::size_t i = 0; i < cached.losses.size(); ++i) CHECK(cached.losses[i] == every_use.losses[i]);
+  REQUIRE(cached.weights.size() == every_use.weights.size());
+  CHECK(std::memcmp(cached.weights.data(), every_use.weights.data(), cached.weights.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("relu2_linear_bf16 equals relu2 then matmul bitwise, and the MLP keeps its hidden activation in bf16 only",

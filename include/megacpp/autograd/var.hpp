@@ -7,6 +7,7 @@
 /// only inputs and saved tensors, never the result Var.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -53,8 +54,10 @@ struct VarState final : VarStateBase {
 
   Tensor<T, B> value;
   Tensor<T, B> grad;  // undefined until a gradient flows here
-  // value rounded to bf16, made by the first bf16 product that reads it (Var::value_as_bf16)
+  // value rounded to bf16, made by the first bf16 product that reads it (Var::value_as_bf16),
+  // and, for a leaf, the value's write count it was made at
   Tensor<bf16, B> value_bf16;
+  std::uint64_t value_bf16_writes = 0;
 };
 
 // The one way code outside Var reaches a Var's state: make_result (autograd/function.hpp) attaches
@@ -104,20 +107,38 @@ class Var {
   /// The value.
   const Tensor<T, B>& value() const { return state_->value; }
   /// The value's storage, for in-place updates outside the graph (optimizer steps under NoGrad).
+  /// Drops the bf16 copy: writes into the storage are counted anyway (value_as_bf16), but a
+  /// caller may also assign a whole new Tensor here, whose storage has a count of its own.
   Tensor<T, B>& mutable_value() {
     state_->value_bf16 = Tensor<bf16, B>();
     return state_->value;
   }
   /// The value rounded to bf16 (nearest even), the operand of mixed-precision products
-  /// (autograd/precision.hpp). An op result's value never changes, so its copy is made once and
-  /// kept with the value: the products that share an operand (an attention layer's q, k and v
-  /// projections of one normalised input) convert it once and hold one copy for their backward.
-  /// A leaf's value changes in place (optimizer steps write through value().data()), so a leaf
-  /// is converted on every call.
+  /// (autograd/precision.hpp). The copy is made once and kept with the value until the value
+  /// changes:
+  /// - an op result's value never changes, so the products that share an operand (an attention
+  ///   layer's q, k and v projections of one normalised input) convert it once and hold one copy
+  ///   for their backward;
+  /// - a leaf (a parameter) changes in place: optimizer steps, checkpoint loads, the data-parallel
+  ///   broadcast and plasticity resets write its storage. Its storage counts mutable accesses
+  ///   (Tensor::count_writes), and the copy is remade when the count moved, so a weight is cast
+  ///   once per optimizer step however many micro-batches (and forward/backward reads) use it
+  ///   before the next write, as torch.autocast's weight cast cache does within a step.
+  /// The copy of a leaf outlives the step: half the weight's fp32 bytes, held until the next cast.
   Tensor<bf16, B> value_as_bf16() const {
-    if (is_leaf()) return state_->value.template to<bf16>();
-    if (!state_->value_bf16.defined()) state_->value_bf16 = state_->value.template to<bf16>();
-    return state_->value_bf16;
+    detail::VarState<T, B>& s = *state_;
+    if (!is_leaf()) {
+      if (!s.value_bf16.defined()) s.value_bf16 = s.value.template to<bf16>();
+      return s.value_bf16;
+    }
+    s.value.count_writes();
+    const std::uint64_t writes = s.value.write_count();
+    if (!s.value_bf16.defined() || s.value_bf16_writes != writes) {
+      s.value_bf16 = Tensor<bf16, B>();  // release the stale copy before making the new one
+      s.value_bf16 = s.value.template to<bf16>();
+      s.value_bf16_writes = writes;
+    }
+    return s.value_bf16;
   }
   /// The value's shape.
   const Shape& shape() const { return state_->value.shape(); }

@@ -5,8 +5,14 @@
 /// contiguous and row-major: ops that permute axes copy (matmul takes transpose flags instead,
 /// so the hot path never needs a transposed copy). Copies of a Tensor share storage; `clone()`
 /// copies the data. `reshape` and `rows` are views on the same storage.
+///
+/// A storage can count the writes made to it (count_writes / write_count): every mutable access
+/// (non-const data(), assign, fill) through any copy or view bumps the count, so a value derived
+/// from the elements (a parameter's bf16 copy, autograd/var.hpp) knows when it is stale without
+/// each writer having to say so: the counter is torch's tensor version counter, kept per storage.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,6 +25,33 @@
 #include "megacpp/core/shape.hpp"
 
 namespace megacpp {
+
+namespace detail {
+
+// One allocation of n elements on backend B, and the count of mutable accesses to it once
+// counting is on. Counting is off until asked for, so a tensor nobody watches pays one relaxed
+// load per mutable access; relaxed atomics because OpenMP threads may take data() of one storage
+// at once, and the count only has to change, not order other memory.
+template <class T, Backend B>
+struct TensorStorage {
+  TensorStorage(T* p, std::size_t count) : elements(p), n(count) {}
+  ~TensorStorage() {
+    if (elements) B::template deallocate<T>(elements, n);
+  }
+  TensorStorage(const TensorStorage&) = delete;
+  TensorStorage& operator=(const TensorStorage&) = delete;
+
+  void note_write() {
+    if (counting.load(std::memory_order_relaxed)) writes.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  T* elements;
+  std::size_t n;
+  std::atomic<bool> counting{false};
+  std::atomic<std::uint64_t> writes{0};
+};
+
+}  // namespace detail
 
 /// Owning, reference-counted, contiguous row-major storage of `T` on backend `B`, with a runtime
 /// Shape. Copies share storage; clone() copies the data.
@@ -37,7 +70,12 @@ class Tensor {
     const auto n = static_cast<std::size_t>(shape_.numel());
     check(n <= SIZE_MAX / sizeof(T), "Tensor", "shape ", shape_, " of ", sizeof(T), "-byte elements needs more than 2^64 bytes");
     T* p = n ? B::template allocate<T>(n) : nullptr;
-    storage_ = std::shared_ptr<T>(p, [n](T* q) { if (q) B::template deallocate<T>(q, n); });
+    try {
+      storage_ = std::make_shared<detail::TensorStorage<T, B>>(p, n);
+    } catch (...) {
+      if (p) B::template deallocate<T>(p, n);
+      throw;
+    }
     data_ = p;
   }
 
@@ -91,8 +129,12 @@ class Tensor {
   index_t numel() const { return shape_.numel(); }
   /// Size of dim `axis` (negative axes count from the end).
   index_t size(int axis) const { return shape_[axis]; }
-  /// Backend pointer to the first element (host memory for Cpu).
-  T* data() { return data_; }
+  /// Backend pointer to the first element (host memory for Cpu). Counts as a write to the
+  /// storage (see count_writes): read through a const Tensor to leave the count alone.
+  T* data() {
+    note_write();
+    return data_;
+  }
   /// Same, read-only.
   const T* data() const { return data_; }
 
@@ -131,10 +173,22 @@ class Tensor {
   /// Copies `src` (same shape) into this tensor's storage, which all views see.
   void assign(const Tensor& src) {
     check(src.shape() == shape_, "Tensor::assign", "shape ", src.shape(), " into ", shape_);
+    note_write();
     if (numel() && src.data_ != data_) B::template copy<T>(data_, src.data_, static_cast<std::size_t>(numel()));
   }
   /// Sets every element to `value`.
-  void fill(T value) { B::template fill<T>(data_, static_cast<std::size_t>(numel()), value); }
+  void fill(T value) {
+    note_write();
+    B::template fill<T>(data_, static_cast<std::size_t>(numel()), value);
+  }
+  /// Starts counting mutable accesses to this storage (idempotent; every copy and view shares
+  /// the count). Const: counting changes no element.
+  void count_writes() const {
+    if (storage_) storage_->counting.store(true, std::memory_order_relaxed);
+  }
+  /// Mutable accesses (non-const data(), assign, fill, through any copy or view) since
+  /// count_writes(): equal counts mean the elements were not written in between. 0 without storage.
+  std::uint64_t write_count() const { return storage_ ? storage_->writes.load(std::memory_order_relaxed) : 0; }
   /// True when both tensors view the same first element (used to detect aliasing).
   bool same_data(const Tensor& other) const { return data_ == other.data_; }
 
@@ -162,7 +216,11 @@ class Tensor {
     return s;
   }
 
-  std::shared_ptr<T> storage_;
+  void note_write() {
+    if (storage_) storage_->note_write();
+  }
+
+  std::shared_ptr<detail::TensorStorage<T, B>> storage_;
   T* data_ = nullptr;
   Shape shape_;
 };
