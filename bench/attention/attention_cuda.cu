@@ -1,5 +1,6 @@
-// bench/attention/attention_cuda.cu: FusedAttention<Cuda> (backends/cuda/detail/attention.cuh),
-// forward and forward+backward, fp32, causal, on one GPU.
+// bench/attention/attention_cuda.cu: FusedAttention<Cuda> forward and forward+backward, causal,
+// on one GPU: fp32 on the CUDA cores (backends/cuda/detail/attention.cuh), and bf16 on the tensor
+// cores inside a CudaBf16Attention scope (backends/cuda/detail/attention_mma.cuh).
 //
 // Shapes as the FlashAttention papers benchmark them: batch x seq = 8K tokens, 16 heads (MHA),
 // head_dim 128 and 64, seq 4096, one document per row (docs1) or 8 documents of 512 tokens
@@ -8,8 +9,9 @@
 // five products are 2.5 forwards). Every call is timed with CUDA events, median of 10 after 2
 // warm-ups. The comparison the CUDA issue sets: FlashAttention-2's published H100 bf16 causal
 // forward at seq 4K, head_dim 128, is 319 TFLOP/s (Shah et al., "FlashAttention-3", 2024,
-// arXiv 2407.08608, figure 5); this kernel runs fp32 on the CUDA cores (no tensor cores), whose
-// H100 SXM peak is 67 TFLOP/s, so it prints its fraction of both.
+// arXiv 2407.08608, figure 5). The fp32 kernel runs on the CUDA cores, whose H100 SXM peak is
+// 67 TFLOP/s, so it prints its fraction of both; the bf16 kernels (same inputs, fp32 in memory,
+// tiles rounded to bf16 in shared memory) print theirs of FlashAttention-2 and their speedup.
 #include <cstdio>
 #include <vector>
 
@@ -28,7 +30,9 @@ struct Result {
   long long pairs = 0;
 };
 
-Result run(index_t batch, index_t seq, index_t heads, index_t dim, index_t docs_per_row) {
+// bf16: inside a CudaBf16Attention scope (the tensor-core kernels).
+Result run(index_t batch, index_t seq, index_t heads, index_t dim, index_t docs_per_row, bool bf16 = false) {
+  const CudaBf16Attention scope(bf16);
   std::vector<std::vector<index_t>> rows(static_cast<std::size_t>(batch),
                                          std::vector<index_t>(static_cast<std::size_t>(docs_per_row), seq / docs_per_row));
   bench::CudaAttentionProblem problem(DocumentLayout<Cuda>::from_lengths(rows), heads, heads, dim, 42);
@@ -54,11 +58,13 @@ Result run(index_t batch, index_t seq, index_t heads, index_t dim, index_t docs_
 
 int main() {
   if (!bench::cuda_bench_start("attention_cuda",
-                               "FusedAttention<Cuda> fp32, causal, batch 2 x seq 4096, 16 heads, head_dim 128 and 64, "
-                               "docs1 and docs8 (8 x 512 tokens per row)"))
+                               "FusedAttention<Cuda> fp32 and bf16 (CudaBf16Attention), causal, batch 2 x seq 4096, "
+                               "16 heads, head_dim 128 and 64, docs1 and docs8 (8 x 512 tokens per row)"))
     return 0;
   const Result d128 = run(2, 4096, 16, 128, 1), d128_docs8 = run(2, 4096, 16, 128, 8);
   const Result d64 = run(2, 4096, 16, 64, 1), d64_docs8 = run(2, 4096, 16, 64, 8);
+  const Result b128 = run(2, 4096, 16, 128, 1, true), b128_docs8 = run(2, 4096, 16, 128, 8, true);
+  const Result b64 = run(2, 4096, 16, 64, 1, true), b64_docs8 = run(2, 4096, 16, 64, 8, true);
   std::printf("\n  %-22s %10s %12s %12s %14s\n", "case", "fwd ms", "fwd TFLOP/s", "f+b ms", "f+b TFLOP/s");
   auto row = [](const char* name, const Result& r) {
     std::printf("  %-22s %10.3f %12.2f %12.3f %14.2f\n", name, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops);
@@ -67,12 +73,20 @@ int main() {
   row("d128 docs8", d128_docs8);
   row("d64 docs1", d64);
   row("d64 docs8", d64_docs8);
+  row("bf16 d128 docs1", b128);
+  row("bf16 d128 docs8", b128_docs8);
+  row("bf16 d64 docs1", b64);
+  row("bf16 d64 docs8", b64_docs8);
   const double docs8_vs_docs1 = d128_docs8.fwdbwd_ms / d128.fwdbwd_ms;
   std::printf("\ndocs8 / docs1 fwd+bwd time: %.3f (head_dim 128; 1/8 = 0.125 is the visible-pair ratio; target <= 0.25)\n",
               docs8_vs_docs1);
   std::printf("forward vs FlashAttention-2's published H100 bf16 (%.0f TFLOP/s): %.3f; vs the fp32 CUDA-core peak (%.0f): %.3f\n",
               kFa2PublishedTflops, d128.fwd_tflops / kFa2PublishedTflops, kFp32CudaCorePeakTflops,
               d128.fwd_tflops / kFp32CudaCorePeakTflops);
+  std::printf("bf16 tensor cores, head_dim 128: forward %.3f of FlashAttention-2's published (target >= 0.5); "
+              "speedup over fp32 forward %.2fx, fwd+bwd %.2fx; docs8 / docs1 fwd+bwd %.3f\n",
+              b128.fwd_tflops / kFa2PublishedTflops, d128.fwd_ms / b128.fwd_ms, d128.fwdbwd_ms / b128.fwdbwd_ms,
+              b128_docs8.fwdbwd_ms / b128.fwdbwd_ms);
   bench::JsonLine json("attention_cuda");
   json.add("device", std::string_view("cuda"))
       .add("cuda_fwd_tflops_T4096_docs1", d128.fwd_tflops)
@@ -82,7 +96,15 @@ int main() {
       .add("cuda_docs8_vs_docs1", docs8_vs_docs1, 3)
       .add("cuda_fwd_tflops_T4096_docs1_d64", d64.fwd_tflops)
       .add("cuda_fwdbwd_tflops_T4096_docs1_d64", d64.fwdbwd_tflops)
-      .add("cuda_fwd_vs_fa2_published", d128.fwd_tflops / kFa2PublishedTflops, 3);
+      .add("cuda_fwd_vs_fa2_published", d128.fwd_tflops / kFa2PublishedTflops, 3)
+      .add("cuda_bf16_fwd_tflops_T4096_docs1", b128.fwd_tflops)
+      .add("cuda_bf16_fwdbwd_tflops_T4096_docs1", b128.fwdbwd_tflops)
+      .add("cuda_bf16_fwdbwd_ms_T4096_docs1", b128.fwdbwd_ms, 3)
+      .add("cuda_bf16_fwdbwd_ms_T4096_docs8", b128_docs8.fwdbwd_ms, 3)
+      .add("cuda_bf16_fwd_tflops_T4096_docs1_d64", b64.fwd_tflops)
+      .add("cuda_bf16_fwdbwd_tflops_T4096_docs1_d64", b64.fwdbwd_tflops)
+      .add("cuda_bf16_fwdbwd_ms_T4096_docs8_d64", b64_docs8.fwdbwd_ms, 3)
+      .add("cuda_bf16_fwd_vs_fa2_published", b128.fwd_tflops / kFa2PublishedTflops, 3);
   json.print();
   return 0;
 }

@@ -1,7 +1,8 @@
 // bench/train_step/train_step_cuda.cu: the dense reference model's training step (forward,
 // backward, AdamW) on one GPU, fp32 and Bf16Mixed (bf16 product operands on the tensor cores
 // through cuBLAS GemmEx, fp32 sums and everything else fp32: autograd/precision.hpp), and fp32
-// with TF32 products (CudaTf32Products, the explicit option).
+// with TF32 products (CudaTf32Products, the explicit option); and Bf16Mixed with the fused
+// attention in bf16 on the tensor cores as well (CudaBf16Attention, "bf16attn").
 //
 // The configuration of bench/train_step/train_step.cpp: V = 8192, d = 512, 4 layers, 8 heads /
 // 2 kv heads, T = 1024, B = 4, 8 documents per row (BOS every 128 tokens). Useful FLOPs as
@@ -52,8 +53,9 @@ struct Figures {
   double ms = 0, forward_ms = 0, optimizer_ms = 0, tokens_per_s = 0, tflops = 0, loss = 0;
 };
 
+// profile: MEGACPP_PROFILE_STEP=1 marks one step of this run for ncu (below).
 template <PrecisionPolicy P>
-Figures run(const char* name) {
+Figures run(const char* name, bool profile = false) {
   using Model = typename InPrecision<DenseModelOn<float, Cuda>, P>::type;
   Model model{0};
   optim::AdamW<float, Cuda> opt{optim::collect_params<float, Cuda>(model), optim::AdamWOptions{.lr = 1e-3}};
@@ -77,9 +79,9 @@ Figures run(const char* name) {
   };
   Figures f;
   f.ms = bench::median_ms(step, 3, 10);
-  // MEGACPP_PROFILE_STEP=1: one more bf16 step inside cudaProfilerStart/Stop, for
+  // MEGACPP_PROFILE_STEP=1: one more step of the profiled run inside cudaProfilerStart/Stop, for
   // `ncu --profile-from-start off --print-summary per-kernel` (kernel times of one step).
-  if (std::is_same_v<P, Bf16Mixed> && std::getenv("MEGACPP_PROFILE_STEP")) {
+  if (profile && std::getenv("MEGACPP_PROFILE_STEP")) {
     MEGACPP_CUDA_CHECK(cudaProfilerStart());
     step();
     MEGACPP_CUDA_CHECK(cudaProfilerStop());
@@ -107,8 +109,10 @@ Figures run(const char* name) {
   return f;
 }
 // The fused attention's share of the step: its forward and backward at the model's shapes (q
-// (B, T, 8, 64), k and v (B, T, 2, 64), 8 documents per row), times the model's layers.
-double attention_ms_per_step() {
+// (B, T, 8, 64), k and v (B, T, 2, 64), 8 documents per row), times the model's layers; fp32 or,
+// with bf16, inside a CudaBf16Attention scope.
+double attention_ms_per_step(bool bf16) {
+  const CudaBf16Attention scope(bf16);
   const index_t heads = kBenchAttention.n_heads, kv = kBenchAttention.kv_heads(),
                 dim = kBenchAttention.head_dim_for(kBenchDims.d_model);
   const auto docs = DocumentLayout<Cuda>::from_lengths(
@@ -123,7 +127,8 @@ double attention_ms_per_step() {
 
 int main() {
   if (!bench::cuda_bench_start("train_step_cuda", "dense reference model on one GPU: V 8192, d 512, 4 layers, 8/2 heads, "
-                                                  "T 1024, B 4, 8 documents per row, AdamW; fp32 and Bf16Mixed"))
+                                                  "T 1024, B 4, 8 documents per row, AdamW; fp32, TF32, Bf16Mixed, "
+                                                  "Bf16Mixed with bf16 attention"))
     return 0;
   const Figures fp32 = run<Fp32>("fp32");
   Figures tf32;
@@ -131,13 +136,20 @@ int main() {
     const CudaTf32Products on(true);  // the explicit TF32 option (backends/cuda/detail/gemm.cuh)
     tf32 = run<Fp32>("tf32");
   }
-  const Figures bf16 = run<Bf16Mixed>("bf16");
+  const Figures bf16 = run<Bf16Mixed>("bf16", true);
+  Figures bf16attn;
+  {
+    const CudaBf16Attention on(true);  // the fused attention in bf16 on the tensor cores too
+    bf16attn = run<Bf16Mixed>("bf16attn");
+  }
   const double mfu_bf16 = bf16.tflops / kBf16PeakTflops, mfu_fp32 = fp32.tflops / kFp32PeakTflops;
-  const double attention_ms = attention_ms_per_step();
-  std::printf("fused attention (fp32 CUDA cores) forward+backward, all %lld layers: %.2f ms of the bf16 step's %.2f\n",
-              static_cast<long long>(kBenchDims.n_layers), attention_ms, bf16.ms);
-  std::printf("\nMFU: bf16 %.4f of %.0f TFLOP/s, fp32 %.4f of %.0f TFLOP/s (target 0.30, bf16)\n", mfu_bf16,
-              kBf16PeakTflops, mfu_fp32, kFp32PeakTflops);
+  const double mfu_bf16attn = bf16attn.tflops / kBf16PeakTflops;
+  const double attention_ms = attention_ms_per_step(false), attention_bf16_ms = attention_ms_per_step(true);
+  std::printf("fused attention forward+backward, all %lld layers: fp32 CUDA cores %.2f ms of the bf16 step's %.2f; "
+              "bf16 tensor cores %.2f ms of the bf16attn step's %.2f\n",
+              static_cast<long long>(kBenchDims.n_layers), attention_ms, bf16.ms, attention_bf16_ms, bf16attn.ms);
+  std::printf("\nMFU: bf16 %.4f, bf16attn %.4f of %.0f TFLOP/s, fp32 %.4f of %.0f TFLOP/s (target 0.30, bf16)\n",
+              mfu_bf16, mfu_bf16attn, kBf16PeakTflops, mfu_fp32, kFp32PeakTflops);
   bench::JsonLine json("train_step_cuda");
   json.add("device", std::string_view("cuda"))
       .add("cuda_tokens_per_s_dense", bf16.tokens_per_s, 0)
@@ -148,7 +160,11 @@ int main() {
       .add("cuda_step_ms_dense_bf16", bf16.ms, 2)
       .add("cuda_forward_ms_dense_bf16", bf16.forward_ms, 2)
       .add("cuda_adamw_ms_dense_bf16", bf16.optimizer_ms, 2)
-      .add("cuda_attention_ms_dense", attention_ms, 2);
+      .add("cuda_attention_ms_dense", attention_ms, 2)
+      .add("cuda_tokens_per_s_dense_bf16attn", bf16attn.tokens_per_s, 0)
+      .add("cuda_mfu_dense_bf16attn", mfu_bf16attn, 4)
+      .add("cuda_step_ms_dense_bf16attn", bf16attn.ms, 2)
+      .add("cuda_attention_ms_dense_bf16attn", attention_bf16_ms, 2);
   json.print();
   return 0;
 }

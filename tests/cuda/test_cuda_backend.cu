@@ -20,6 +20,11 @@
 // and the tiny "AAM" model's life on the GPU: training lowers its loss, its checkpoint reads back
 // bitwise (and on the CPU), and it generates what the full forward and the CPU generate.
 //
+// Then the bf16 tensor-core attention (CudaBf16Attention, attention_bf16_checks.hpp): each case
+// against a double reference on bf16-rounded inputs within tolerances derived from bf16's unit
+// roundoff, padding exact, run to run bitwise; fp32 back bit for bit after the scope; the model's
+// document-masking invariants with the scope on.
+//
 // Then checks that need no CPU reference: conversions and fill against the host's
 // convert_element bit for bit, gradcheck on the device, memory accounting, error reporting.
 //
@@ -39,6 +44,7 @@
 
 #include <unistd.h>
 
+#include "attention_bf16_checks.hpp"
 #include "backend_cases.hpp"
 #include "cpu_reference.hpp"
 #include "model_step.hpp"
@@ -164,11 +170,11 @@ std::string check_model_step(std::size_t pattern) {
 }
 
 // The document-masking invariants (nn/model/masking_check.hpp) of the one-block model on the GPU:
-// isolation and the zero cross-document gradient bitwise, packed vs alone within 1e-5 (cuBLAS
-// may pick another algorithm for another row count); the same model blind to the documents must
-// fail, so the check sees the block mixing positions.
+// isolation and the zero cross-document gradient bitwise, packed vs alone within packed_tolerance
+// (1e-5: cuBLAS may pick another algorithm for another row count); the same model blind to the
+// documents must fail, so the check sees the block mixing positions.
 template <FixedString P>
-std::string check_model_masking() {
+std::string check_model_masking(double packed_tolerance = 1e-5) {
   using Model = testing::OneBlockLMOn<float, Cuda, P>;
   Model model(11);
   testing::randomise_matrices(model, 12);
@@ -176,7 +182,7 @@ std::string check_model_masking() {
   MaskingCheckOptions opt;
   opt.bos_id = testing::MaskingBatch::bos;
   opt.vocab = static_cast<std::int32_t>(Model::dims.vocab);
-  opt.packed_tolerance = 1e-5;
+  opt.packed_tolerance = packed_tolerance;
   const MaskingCheckResult r = check_document_masking(model, data.ids, data.targets, testing::MaskingBatch::batch, testing::MaskingBatch::seq, opt);
   if (!r.ok) return r.violation;
   if (r.documents_checked != static_cast<std::size_t>(testing::MaskingBatch::documents))
@@ -285,6 +291,24 @@ std::string check_tf32_products() {
   // Each input keeps 11 significant bits (2^-11 relative); 256 terms of unit variance.
   if (worst > 1e-2 * scale) return "TF32 differs from fp32 by " + std::to_string(worst) + " at scale " + std::to_string(scale);
   return "";
+}
+
+// --- bf16 tensor-core attention on request --------------------------------------------------------
+
+void run_bf16_attention_checks(Report& report) {
+  const std::vector<attention_bf16_test::Problem> problems = attention_bf16_test::problems();
+  for (std::size_t i = 0; i < problems.size(); ++i)
+    report.run("bf16 attention (CudaBf16Attention) vs double reference: " + problems[i].name,
+               [&] { return attention_bf16_test::check_problem(problems[i], 500 + i); });
+  report.run("bf16 attention: fp32 back bit for bit after the scope; double and head_dim 160 stay fp32",
+             attention_bf16_test::check_scope_restores_fp32);
+  // Packed vs alone within 2e-2: should cuBLAS round a q, k or v element of the lone document one
+  // ulp differently, its bf16 rounding may flip (2^-8 of it) and move the outputs by ~1e-3.
+  // Isolation and the zero cross-document gradient stay bitwise.
+  report.run("one-block \"A\" model document masking under CudaBf16Attention", [] {
+    const CudaBf16Attention on(true);
+    return check_model_masking<"A">(2e-2);
+  });
 }
 
 // --- conversions and fill, bit for bit against the host ----------------------------------------
@@ -418,6 +442,7 @@ int main() {
   report.run("memory_stats counts 256-byte blocks; reset_peak_memory", check_memory_stats);
   report.run("a failed cudaMalloc throws megacpp::Error and leaves the device usable", check_allocation_failure);
   report.run("TF32 products on request (CudaTf32Products), fp32 again after", check_tf32_products);
+  run_bf16_attention_checks(report);
   report.run("synchronize", []() -> std::string {
     Cuda::synchronize();
     return "";

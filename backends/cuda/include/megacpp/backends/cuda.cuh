@@ -192,3 +192,12 @@ struct GatedCombine<Cuda> {
 #include "megacpp/backends/cuda/kernels/causal_conv1d.cuh"
 #include "megacpp/backends/cuda/kernels/ssm_rotary.cuh"
 #include "megacpp/backends/cuda/kernels/ssm_scan.cuh"
+
+namespace megacpp {
+
+/// While alive, float attention (FusedAttention<Cuda>) on this thread runs in bf16 on the tensor
+/// cores: q, k, v, dO, P and dS rounded to bf16, fp32 sums and softmax statistics, head_dim up to
+/// 128 (detail/attention_mma.cuh). Off by default: fp32 on the CUDA cores, bit for bit as before.
+using CudaBf16Attention = cuda::flash::Bf16Attention;
+
+}  // namespace megacpp

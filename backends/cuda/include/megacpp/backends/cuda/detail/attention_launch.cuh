@@ -52,15 +52,16 @@ struct DeviceWork {
   unsigned count() const { return static_cast<unsigned>(host.size()); }
 };
 
-// Tile pairs and score elements a query-tile kernel computes for `heads` heads (as the CPU counts).
-inline void count_query_tiles(const std::vector<WorkTile>& work, index_t rows, index_t heads, index_t window,
-                              AttentionStats& stats) {
+// Tile pairs and score elements a query-tile kernel (query tiles of `rows`, key tiles of `tile_k`)
+// computes for `heads` heads (as the CPU counts).
+inline void count_query_tiles(const std::vector<WorkTile>& work, index_t rows, index_t tile_k, index_t heads,
+                              index_t window, AttentionStats& stats) {
   for (const WorkTile& w : work) {
     const index_t qs = static_cast<index_t>(w.tile) * rows, qe = qs + rows < w.len ? qs + rows : w.len;
-    const attention::TileRange kr = attention::key_tiles_for_queries(qs, qe, kKeyTile, window);
+    const attention::TileRange kr = attention::key_tiles_for_queries(qs, qe, tile_k, window);
     for (index_t kt = kr.first; kt < kr.last; ++kt) {
-      const index_t end = (kt + 1) * kKeyTile < w.len ? (kt + 1) * kKeyTile : w.len;
-      const attention::TileRange keys = attention::computed_keys(qs, qe, kt * kKeyTile, end, window);
+      const index_t end = (kt + 1) * tile_k < w.len ? (kt + 1) * tile_k : w.len;
+      const attention::TileRange keys = attention::computed_keys(qs, qe, kt * tile_k, end, window);
       stats.tiles += heads;
       stats.scores += heads * (qe - qs) * (keys.last - keys.first);
     }
@@ -98,7 +99,7 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
     const DeviceWork work(document_tiles(docs, L::kRowsPerBlock));
     stats.q_rows = L::kRowsPerBlock;
     stats.tile_k = kKeyTile;
-    count_query_tiles(work.host, L::kRowsPerBlock, p.heads, p.window, stats);
+    count_query_tiles(work.host, L::kRowsPerBlock, kKeyTile, p.heads, p.window, stats);
     if (work.count() == 0) return;
     const std::size_t shared = 2 * kKeyTile * L::kRow * sizeof(T);
     allow_shared_memory(forward_kernel<T, DPT, TPR>, shared);
@@ -138,7 +139,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
     }
     if (a.grad_q) {
-      count_query_tiles(work.host, L::kRowsPerBlock, p.heads, p.window, stats);
+      count_query_tiles(work.host, L::kRowsPerBlock, kKeyTile, p.heads, p.window, stats);
       const std::size_t shared = 2 * kKeyTile * L::kRow * sizeof(T);
       allow_shared_memory(query_grad_kernel<T, DPT, TPR>, shared);
       query_grad_kernel<T, DPT, TPR><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared,

@@ -1,0 +1,157 @@
+// CUDA backend: the host side of the bf16 tensor-core attention (kernels in detail/attention_mma.cuh):
+// the option that turns it on (Bf16Attention, per host thread), the head dims it takes, the shared
+// memory each kernel needs, and the launches over the same per-document work list and with the
+// same AttentionStats as the fp32 kernel (detail/attention_launch.cuh).
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <type_traits>
+
+#include "megacpp/backends/cuda/detail/attention_launch.cuh"
+#include "megacpp/backends/cuda/detail/attention_mma.cuh"
+
+namespace megacpp::cuda::flash {
+
+// bf16 tensor-core attention for float inputs, off unless asked for (Bf16Attention, per host
+// thread, as Tf32Products is for GEMMs): q, k, v, dO, P and dS rounded to bf16 (8-bit mantissa),
+// fp32 sums and softmax, ~1e-3 relative error instead of float's ~1e-6, for the tensor cores'
+// throughput. An explicit choice, never a default: results then differ from the CPU backend.
+inline bool& bf16_attention_flag() {
+  thread_local bool enabled = false;
+  return enabled;
+}
+
+/// While alive, FusedAttention<Cuda> on float tensors runs the bf16 tensor-core kernels on this
+/// host thread (enabled = true) or the fp32 ones (false); the previous choice comes back when it
+/// ends. Head dims above tensor_core::kMaxHeadDim, and double, always take the fp32 kernels. Keep
+/// it open over a forward and its backward: the backward recomputes P with the kernels chosen when
+/// it runs, and P recomputed in fp32 from a bf16 forward's LSE would not match it.
+class Bf16Attention {
+ public:
+  explicit Bf16Attention(bool enabled) : previous_(bf16_attention_flag()) { bf16_attention_flag() = enabled; }
+  ~Bf16Attention() { bf16_attention_flag() = previous_; }
+  Bf16Attention(const Bf16Attention&) = delete;
+  Bf16Attention& operator=(const Bf16Attention&) = delete;
+
+ private:
+  bool previous_;
+};
+
+namespace tensor_core {
+
+// head_dim 1..128 (zero padded to 64 or 128, the widths instantiated below); wider heads would need
+// the dK/dV accumulators (2 x head_dim / 16 fragments per lane) out of registers.
+inline constexpr index_t kMaxHeadDim = 128;
+
+// Calls f.template operator()<D>() with the padded width D >= head_dim.
+template <class F>
+void with_padded_dim(index_t dim, F&& f) {
+  if (dim <= 64) f.template operator()<64>();
+  else f.template operator()<128>();
+}
+
+// Whether this call takes the tensor-core kernels: float, the option on, a head dim they hold.
+template <class T>
+bool selected(const kernels::AttentionParams& p) {
+  return std::is_same_v<T, float> && bf16_attention_flag() && p.head_dim >= 1 && p.head_dim <= kMaxHeadDim;
+}
+
+// Shared memory of each kernel at width D (the plans of attention_mma_tiles.cuh, built from a null base).
+template <int D>
+std::size_t forward_shared_bytes() { return ForwardShared<D>(nullptr).bytes; }
+template <int D>
+std::size_t key_value_shared_bytes() { return KeyValueShared<D>(nullptr).bytes; }
+template <int D>
+std::size_t query_shared_bytes() { return QueryShared<D>(nullptr).bytes; }
+
+// float4 loads need every row 16-byte aligned: dim % 4 == 0 and 16-byte aligned tensors.
+inline bool can_load_float4(index_t dim, std::initializer_list<const float*> tensors) {
+  if (dim % 4 != 0) return false;
+  for (const float* t : tensors)
+    if (reinterpret_cast<std::uintptr_t>(t) % 16 != 0) return false;
+  return true;
+}
+
+// The launch checks on the host: grid sizes, and the kernel's shared memory against the device's
+// per-block opt-in limit (H100: 227 KB), then the opt-in above 48 KB.
+template <class Kernel>
+void prepare_launch(Kernel kernel, const char* name, std::size_t shared, unsigned blocks, index_t heads) {
+  int device = 0, limit = 0;
+  MEGACPP_CUDA_CHECK(cudaGetDevice(&device));
+  MEGACPP_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  check(shared <= static_cast<std::size_t>(limit), "FusedAttention<Cuda> bf16", name, " needs ", shared,
+        " bytes of shared memory per block, the device allows ", limit);
+  check(blocks <= static_cast<unsigned>(std::numeric_limits<int>::max()) && heads <= 65535, "FusedAttention<Cuda> bf16",
+        name, ": grid (", blocks, ", ", heads, ") exceeds (2^31 - 1, 65535)");
+  allow_shared_memory(kernel, shared);
+}
+
+/// o, lse from q, k, v in bf16 on the tensor cores (padding tokens: o = 0, lse = -inf).
+template <class B>
+AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
+                       const kernels::AttentionForwardArgs<float>& a) {
+  const Geometry<float> g = geometry<float>(p);
+  const index_t tokens = p.batch * p.seq;
+  MEGACPP_CUDA_CHECK(cudaMemsetAsync(a.o, 0, static_cast<std::size_t>(tokens * p.heads * p.head_dim) * sizeof(float), kStream));
+  fill<float>(a.lse, static_cast<std::size_t>(tokens * p.heads), -std::numeric_limits<float>::infinity());
+  AttentionStats stats;
+  stats.q_rows = kTileRows;
+  stats.tile_k = kKeyStep;
+  const DeviceWork work(document_tiles(docs, kTileRows));
+  count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
+  if (work.count() == 0) return stats;
+  const bool vec = can_load_float4(p.head_dim, {a.q, a.k, a.v});
+  with_padded_dim(p.head_dim, [&]<int D>() {
+    const std::size_t shared = forward_shared_bytes<D>();
+    prepare_launch(forward_kernel<D>, "forward", shared, work.count(), p.heads);
+    forward_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
+        g, work.device.get(), a.q, a.k, a.v, a.o, a.lse, vec);
+    MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
+  });
+  return stats;
+}
+
+/// Adds dq, dk, dv (each may be null) in bf16 on the tensor cores: D = rowsum(bf16(dO) o O) in
+/// fp32, then dK/dV by key tile, then dQ by query tile.
+template <class B>
+AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
+                        const kernels::AttentionBackwardArgs<float>& a) {
+  AttentionStats stats;
+  if (!a.grad_q && !a.grad_k && !a.grad_v) return stats;
+  const Geometry<float> g = geometry<float>(p);
+  const index_t rows = p.batch * p.seq * p.heads;
+  const DeviceBuffer<float> drow_buffer(static_cast<std::size_t>(rows));  // D = rowsum(dO o O): (batch, seq, heads)
+  float* drow = drow_buffer.get();
+  rounded_output_dot_kernel<float><<<grid_for(rows), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
+  MEGACPP_CUDA_CHECK_LAUNCH(rounded_output_dot_kernel);
+  stats.two_pass = true;
+  stats.q_rows = kTileRows;
+  stats.tile_k = kKeyStep;
+  const DeviceWork work(document_tiles(docs, kTileRows));  // query tiles and key tiles alike: 64 tokens
+  if (work.count() == 0) return stats;
+  const bool vec = can_load_float4(p.head_dim, {a.q, a.k, a.v, a.grad_o});
+  with_padded_dim(p.head_dim, [&]<int D>() {
+    if (a.grad_k || a.grad_v) {
+      const std::size_t shared = key_value_shared_bytes<D>();
+      prepare_launch(key_value_grad_kernel<D>, "dK/dV", shared, work.count(), p.kv_heads);
+      key_value_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.kv_heads)), kBlockThreads, shared, kStream>>>(
+          g, work.device.get(), a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_k, a.grad_v, vec);
+      MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
+    }
+    if (a.grad_q) {
+      count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
+      const std::size_t shared = query_shared_bytes<D>();
+      prepare_launch(query_grad_kernel<D>, "dQ", shared, work.count(), p.heads);
+      query_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
+          g, work.device.get(), a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_q, vec);
+      MEGACPP_CUDA_CHECK_LAUNCH(query_grad_kernel);
+    }
+  });
+  return stats;
+}
+
+}  // namespace tensor_core
+}  // namespace megacpp::cuda::flash
