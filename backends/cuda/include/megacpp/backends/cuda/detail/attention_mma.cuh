@@ -59,6 +59,26 @@ struct QueryTileThread {
         half(static_cast<int>(threadIdx.x % 2)), active(i < qe) {}
 };
 
+// One key step of a query-tile block (forward, dQ): stages keys [first_key, first_key + n) of k
+// and v (kv head kvh) as bf16, then computes this warp's strip of S = Q K^T into the shared S tile
+// (`sh`: the kernel's shared plan, with q, k, v and s). Every thread of the block calls it.
+template <int D, class Shared>
+__device__ void stage_keys_and_score(const Shared& sh, const Geometry<float>& g, const WorkTile& w, index_t kvh, int warp,
+                                     const float* k, const float* v, index_t first_key, int n, bool vector_loads) {
+  using QTile = Bf16Tile<kTileRows, D>;
+  using KTile = Bf16Tile<kKeyStep, D>;
+  using STile = FloatTile<kTileRows, kKeyStep>;
+  __syncthreads();  // the previous step's K and V readers are done
+  stage_bf16<kKeyStep, D>(sh.k, KTile::kLd, k, w.b, w.start, first_key, n, g.seq, g.kv_heads, kvh, g.dim, vector_loads);
+  stage_bf16<kKeyStep, D>(sh.v, KTile::kLd, v, w.b, w.start, first_key, n, g.seq, g.kv_heads, kvh, g.dim, vector_loads);
+  __syncthreads();
+  Accumulator s[kKeyStep / kFragment];
+  zero_strip<kKeyStep>(s);
+  strip_product<kKeyStep, D, wmma::row_major, wmma::col_major>(s, sh.q + warp * kFragment * QTile::kLd, QTile::kLd, sh.k,
+                                                               KTile::kLd);
+  store_strip<kKeyStep>(sh.s + warp * kFragment * STile::kLd, STile::kLd, s);
+}
+
 // ---- forward: one block per (document query tile, query head) -----------------------------------
 // Thread t works on tile row t / 2 (warp w: rows [16w, 16w + 16), its own strip), on the columns
 // of S, P and O congruent to t mod 2 (interleaved: the 32 lanes then meet at most 2 to a bank);
@@ -80,15 +100,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int idx = threadIdx.x; idx < kTileRows * OTile::kLd; idx += kBlockThreads) sh.o[idx] = 0.0f;
   float m = minus_infinity<float>(), l = 0.0f;
   for_each_key_step(qs, qe, w.len, g.window, [&](index_t first_key, int n) {
-    __syncthreads();  // the previous step's K and V readers are done
-    stage_bf16<kKeyStep, D>(sh.k, KTile::kLd, k, w.b, w.start, first_key, n, g.seq, g.kv_heads, kvh, g.dim, vector_loads);
-    stage_bf16<kKeyStep, D>(sh.v, KTile::kLd, v, w.b, w.start, first_key, n, g.seq, g.kv_heads, kvh, g.dim, vector_loads);
-    __syncthreads();
-    Accumulator s[kKeyStep / kFragment];
-    zero_strip<kKeyStep>(s);
-    strip_product<kKeyStep, D, wmma::row_major, wmma::col_major>(s, sh.q + warp * kFragment * QTile::kLd, QTile::kLd,
-                                                                 sh.k, KTile::kLd);
-    store_strip<kKeyStep>(sh.s + warp * kFragment * STile::kLd, STile::kLd, s);
+    stage_keys_and_score<D>(sh, g, w, kvh, warp, k, v, first_key, n, vector_loads);
     __syncwarp();
     // Online softmax of row r over this step's keys: scale, softcap, mask, then
     // m' = max(m, rowmax S), P = exp(S - m'), l = exp(m - m') l + rowsum P, O = exp(m - m') O.
@@ -258,15 +270,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   Accumulator dq[D / kFragment];
   zero_strip<D>(dq);
   for_each_key_step(qs, qe, w.len, g.window, [&](index_t first_key, int n) {
-    __syncthreads();  // the previous step's K and V readers are done
-    stage_bf16<kKeyStep, D>(sh.k, KTile::kLd, k, w.b, w.start, first_key, n, g.seq, g.kv_heads, kvh, g.dim, vector_loads);
-    stage_bf16<kKeyStep, D>(sh.v, KTile::kLd, v, w.b, w.start, first_key, n, g.seq, g.kv_heads, kvh, g.dim, vector_loads);
-    __syncthreads();
+    stage_keys_and_score<D>(sh, g, w, kvh, warp, k, v, first_key, n, vector_loads);
     Accumulator s[kKeyStep / kFragment];
-    zero_strip<kKeyStep>(s);
-    strip_product<kKeyStep, D, wmma::row_major, wmma::col_major>(s, sh.q + warp * kFragment * QTile::kLd, QTile::kLd,
-                                                                 sh.k, KTile::kLd);
-    store_strip<kKeyStep>(sh.s + warp * kFragment * STile::kLd, STile::kLd, s);
     zero_strip<kKeyStep>(s);
     strip_product<kKeyStep, D, wmma::row_major, wmma::col_major>(s, sh.grad_o + warp * kFragment * QTile::kLd,
                                                                  QTile::kLd, sh.v, KTile::kLd);
