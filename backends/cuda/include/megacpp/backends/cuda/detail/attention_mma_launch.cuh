@@ -12,6 +12,7 @@
 
 #include "megacpp/backends/cuda/detail/attention_launch.cuh"
 #include "megacpp/backends/cuda/detail/attention_mma.cuh"
+#include "megacpp/backends/cuda/detail/thread_option.cuh"
 
 namespace megacpp::cuda::flash {
 
@@ -19,26 +20,12 @@ namespace megacpp::cuda::flash {
 // thread, as Tf32Products is for GEMMs): q, k, v, dO, P and dS rounded to bf16 (8-bit mantissa),
 // fp32 sums and softmax, ~1e-3 relative error instead of float's ~1e-6, for the tensor cores'
 // throughput. An explicit choice, never a default: results then differ from the CPU backend.
-inline bool& bf16_attention_flag() {
-  thread_local bool enabled = false;
-  return enabled;
-}
-
 /// While alive, FusedAttention<Cuda> on float tensors runs the bf16 tensor-core kernels on this
 /// host thread (enabled = true) or the fp32 ones (false); the previous choice comes back when it
 /// ends. Head dims above tensor_core::kMaxHeadDim, and double, always take the fp32 kernels. Keep
 /// it open over a forward and its backward: the backward recomputes P with the kernels chosen when
 /// it runs, and P recomputed in fp32 from a bf16 forward's LSE would not match it.
-class Bf16Attention {
- public:
-  explicit Bf16Attention(bool enabled) : previous_(bf16_attention_flag()) { bf16_attention_flag() = enabled; }
-  ~Bf16Attention() { bf16_attention_flag() = previous_; }
-  Bf16Attention(const Bf16Attention&) = delete;
-  Bf16Attention& operator=(const Bf16Attention&) = delete;
-
- private:
-  bool previous_;
-};
+using Bf16Attention = ThreadOption<struct Bf16AttentionTag>;
 
 namespace tensor_core {
 
@@ -56,7 +43,7 @@ void with_padded_dim(index_t dim, F&& f) {
 // Whether this call takes the tensor-core kernels: float, the option on, a head dim they hold.
 template <class T>
 bool selected(const kernels::AttentionParams& p) {
-  return std::is_same_v<T, float> && bf16_attention_flag() && p.head_dim >= 1 && p.head_dim <= kMaxHeadDim;
+  return std::is_same_v<T, float> && Bf16Attention::enabled() && p.head_dim >= 1 && p.head_dim <= kMaxHeadDim;
 }
 
 // Shared memory of each kernel at width D (the plans of attention_mma_tiles.cuh, built from a null base).

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/thread_option.cuh"
 #include "megacpp/core/backend.hpp"
 
 namespace megacpp::cuda {
@@ -51,23 +52,9 @@ inline cublasHandle_t cublas_handle() {
 // tensor cores round each input to a 10-bit mantissa and sum in fp32 (NVIDIA's TF32; PyTorch's
 // allow_tf32 switch), about 8x the H100's fp32 CUDA-core rate, at ~1e-3 relative error per product
 // instead of float's 1e-7. An explicit choice, never a default: results then differ from the CPU.
-inline bool& tf32_products_flag() {
-  thread_local bool enabled = false;
-  return enabled;
-}
-
 /// While alive, float GEMMs on this host thread run in TF32 on the tensor cores (enabled = true)
 /// or in full fp32 (false); the previous choice comes back when it ends.
-class Tf32Products {
- public:
-  explicit Tf32Products(bool enabled) : previous_(tf32_products_flag()) { tf32_products_flag() = enabled; }
-  ~Tf32Products() { tf32_products_flag() = previous_; }
-  Tf32Products(const Tf32Products&) = delete;
-  Tf32Products& operator=(const Tf32Products&) = delete;
-
- private:
-  bool previous_;
-};
+using Tf32Products = ThreadOption<struct Tf32ProductsTag>;
 
 // C_b = beta * C_b for every matrix of the batch: the k == 0 product (cuBLAS rejects the
 // leading dimensions an empty inner dimension produces). beta == 0 overwrites, so
@@ -89,7 +76,7 @@ void gemm_strided(const GemmArgs& g, T alpha, const T* a, const T* b, T beta, T*
   const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   if constexpr (std::is_same_v<T, float>) {
-    if (tf32_products_flag()) {
+    if (Tf32Products::enabled()) {
       MEGACPP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(cublas_handle(), op_b, op_a, g.n, g.m, g.k, &alpha, b, CUDA_R_32F,
                                                          g.ldb, g.stride_b, a, CUDA_R_32F, g.lda, g.stride_a, &beta, c,
                                                          CUDA_R_32F, g.ldc, g.stride_c, g.batch,
