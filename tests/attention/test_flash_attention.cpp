@@ -320,6 +320,33 @@ TEST_CASE("flash_attention: one-pass and two-pass backward agree bitwise, result
   }
 }
 
+TEST_CASE("flash_attention under bf16 products: the CPU has no bf16 attention kernel and stays fp32 bit for bit",
+          "[attention][precision]") {
+  // A Bf16Mixed model's attention asks for bf16 products (AttentionParams::products, from the
+  // thread's MatmulPrecision); a backend without a bf16 attention kernel computes in T and says so.
+  const auto docs = layout_of({{17, 1, 22}, {-5, 35}});
+  auto q = random_var<float>({2, 40, 4, 8}, 40), k = random_var<float>({2, 40, 2, 8}, 41), v = random_var<float>({2, 40, 2, 8}, 42);
+  const auto upstream = random_tensor<float>({2, 40, 4, 8}, 43);
+  auto run = [&](MatmulPrecision precision) {
+    q.zero_grad(), k.zero_grad(), v.zero_grad();
+    AttentionStats stats;
+    Var<float, Cpu> o;
+    {
+      const MatmulPrecisionScope scope(precision);
+      o = flash_attention(q, k, v, docs, {}, &stats);
+    }
+    CHECK(stats.products == MatmulPrecision::fp32);
+    backward(o, upstream);
+    return std::vector<Tensor<float, Cpu>>{o.value().clone(), q.grad().clone(), k.grad().clone(), v.grad().clone()};
+  };
+  const auto fp32 = run(MatmulPrecision::fp32);
+  const auto bf16 = run(MatmulPrecision::bf16);
+  for (std::size_t i = 0; i < fp32.size(); ++i) {
+    INFO("tensor " << i << " (o, dq, dk, dv)");
+    REQUIRE(bitwise_equal(fp32[i], bf16[i]));
+  }
+}
+
 TEST_CASE("flash_attention: tiles outside the documents are never computed, cost follows sum of squared lengths",
           "[attention][tiling]") {
   const index_t T = 1024, H = 4, Hkv = 1, D = 16;

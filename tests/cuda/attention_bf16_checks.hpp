@@ -17,7 +17,8 @@
 //
 // Plus, exactly: padding tokens get o = 0, lse = -inf and no gradient; a second run gives the same
 // bits; the stats say the 64 x 64 tensor-core tiles ran; leaving the scope (or a nested scope that
-// turns it off) gives the fp32 results back bit for bit; double and head_dim > 128 stay fp32.
+// turns it off) gives the fp32 results back bit for bit; double and head_dim > 128 stay fp32; the
+// op's own precision (AttentionParams::products, a Bf16Mixed model's) selects the same kernels.
 #pragma once
 
 #include <cstring>
@@ -27,7 +28,9 @@
 
 #include "attention_bf16_cases.hpp"
 
+#include "megacpp/autograd/backward.hpp"
 #include "megacpp/backends/cuda.cuh"
+#include "megacpp/nn/attention/flash_attention.hpp"
 
 namespace megacpp::attention_bf16_test {
 
@@ -61,7 +64,8 @@ struct DeviceRun {
 
 // FusedAttention<Cuda> forward, then backward from its o and lse, gradients added into `initial`.
 template <class T>
-DeviceRun<T> run_on_device(const Problem& p, const Inputs& in, const Grads<T>& initial) {
+DeviceRun<T> run_on_device(const Problem& p, const Inputs& in, const Grads<T>& initial,
+                           MatmulPrecision products = MatmulPrecision::fp32) {
   using Kernel = kernels::FusedAttention<Cuda>;
   auto upload = [](index_t b, index_t s, index_t h, index_t d, const std::vector<float>& x) {
     std::vector<T> cast(x.begin(), x.end());
@@ -69,9 +73,10 @@ DeviceRun<T> run_on_device(const Problem& p, const Inputs& in, const Grads<T>& i
   };
   const Shape qs{p.batch, p.seq, p.heads, p.dim}, ks{p.batch, p.seq, p.kv_heads, p.dim};
   const auto docs = DocumentLayout<Cuda>::from_spans(p.batch, p.seq, p.spans);
-  const kernels::AttentionParams params =
+  kernels::AttentionParams params =
       kernels::attention_params("bf16 attention test", qs, ks, ks, docs,
                                 AttentionOptions{.scale = p.scale, .softcap = p.softcap, .window = p.window});
+  params.products = products;
   const auto q = upload(p.batch, p.seq, p.heads, p.dim, in.q), grad_o = upload(p.batch, p.seq, p.heads, p.dim, in.grad_o);
   const auto k = upload(p.batch, p.seq, p.kv_heads, p.dim, in.k), v = upload(p.batch, p.seq, p.kv_heads, p.dim, in.v);
   Tensor<T, Cuda> o(qs), lse(Shape{p.batch, p.seq, p.heads});
@@ -185,6 +190,49 @@ inline std::string check_scope_restores_fp32() {
     return "double attention changed inside the scope (it must stay fp64)";
   if (!bitwise_equal(wide_before, run_on_device<float>(wide, wide_raw, wide_initial)))
     return "head_dim 160 changed inside the scope (above the tensor-core kernels' 128 it must stay fp32)";
+  return "";
+}
+
+/// The op asks for bf16 products under a Bf16Mixed model (MatmulPrecision::bf16 when it is
+/// created) and the CUDA kernel honours it without any scope: the same bits as inside
+/// CudaBf16Attention(true), and the stats say bf16 ran; a CudaBf16Attention(false) scope forces the
+/// fp32 kernels back, bit for bit. Through flash_attention, a backward run after the precision
+/// scope closed still runs in bf16 (the op kept its params): every gradient bitwise the kernel's.
+inline std::string check_products_follow_the_op() {
+  const Problem p = problems()[1];
+  const Inputs raw = make_inputs(p, 41);
+  const Grads<float> zero{std::vector<float>(raw.q.size()), std::vector<float>(raw.k.size()), std::vector<float>(raw.v.size())};
+  const DeviceRun<float> fp32 = run_on_device<float>(p, raw, zero);
+  const DeviceRun<float> asked = run_on_device<float>(p, raw, zero, MatmulPrecision::bf16);
+  DeviceRun<float> scoped, forced_off;
+  {
+    const CudaBf16Attention on(true);
+    scoped = run_on_device<float>(p, raw, zero);
+  }
+  {
+    const CudaBf16Attention off(false);
+    forced_off = run_on_device<float>(p, raw, zero, MatmulPrecision::bf16);
+  }
+  if (asked.forward.products != MatmulPrecision::bf16 || asked.backward.products != MatmulPrecision::bf16)
+    return "AttentionParams::products = bf16 did not run the tensor-core kernels (stats say fp32)";
+  if (fp32.forward.products != MatmulPrecision::fp32) return "fp32 params report bf16 products";
+  if (!bitwise_equal(asked, scoped)) return "products = bf16 differs from CudaBf16Attention(true)";
+  if (!bitwise_equal(forced_off, fp32)) return "CudaBf16Attention(false) did not force the fp32 kernels";
+  // Through the op: forward inside a bf16 scope, backward after it closed.
+  const Shape qs{p.batch, p.seq, p.heads, p.dim}, ks{p.batch, p.seq, p.kv_heads, p.dim};
+  const auto docs = DocumentLayout<Cuda>::from_spans(p.batch, p.seq, p.spans);
+  Var<float, Cuda> q(Tensor<float, Cuda>::from_host(qs, raw.q), true), k(Tensor<float, Cuda>::from_host(ks, raw.k), true),
+      v(Tensor<float, Cuda>::from_host(ks, raw.v), true);
+  AttentionStats stats;
+  Var<float, Cuda> o;
+  {
+    const MatmulPrecisionScope bf16(MatmulPrecision::bf16);
+    o = flash_attention(q, k, v, docs, AttentionOptions{.scale = p.scale, .softcap = p.softcap, .window = p.window}, &stats);
+  }
+  backward(o, Tensor<float, Cuda>::from_host(qs, raw.grad_o));
+  const DeviceRun<float> op{o.value().to_host(), asked.lse, {q.grad().to_host(), k.grad().to_host(), v.grad().to_host()}, stats, {}};
+  if (stats.products != MatmulPrecision::bf16) return "flash_attention under a bf16 scope did not ask for bf16 products";
+  if (!bitwise_equal(op, asked)) return "flash_attention's backward after the scope closed did not run as its forward (bf16)";
   return "";
 }
 

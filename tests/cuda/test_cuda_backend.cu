@@ -302,6 +302,8 @@ void run_bf16_attention_checks(Report& report) {
                [&] { return attention_bf16_test::check_problem(problems[i], 500 + i); });
   report.run("bf16 attention: fp32 back bit for bit after the scope; double and head_dim 160 stay fp32",
              attention_bf16_test::check_scope_restores_fp32);
+  report.run("bf16 attention asked for by the op (AttentionParams::products, Bf16Mixed), backward after the scope",
+             attention_bf16_test::check_products_follow_the_op);
   // Packed vs alone within 2e-2: should cuBLAS round a q, k or v element of the lone document one
   // ulp differently, its bf16 rounding may flip (2^-8 of it) and move the outputs by ~1e-3.
   // Isolation and the zero cross-document gradient stay bitwise.

@@ -7,6 +7,9 @@
 ///   - a matrix product rounds its operands to bf16 and sums in fp32 (`Backend::gemm_bf16`), in
 ///     the forward (Y = X W^T) and in the backward (dX = dY W, dW = dY^T X); its fp32 result is
 ///     added into the fp32 gradient buffers;
+///   - the fused attention's products (q k^T, P v and the backward's) likewise where the backend
+///     has a bf16 attention kernel (CUDA's tensor cores; kernels::AttentionParams::products), with
+///     softmax, log-sum-exp and the row sums in fp32; the CPU's attention stays fp32;
 ///   - everything else (reductions, softmax, RMSNorm statistics, the SSM recurrence, the loss)
 ///     runs in fp32 as before.
 /// The policy is a type (`Fp32`, `Bf16Mixed`): a model carries it as a template parameter
@@ -19,13 +22,9 @@
 #include <concepts>
 #include <string_view>
 
-namespace megacpp {
+#include "megacpp/core/matmul_precision.hpp"
 
-/// The precision of matrix-product operands on this thread.
-enum class MatmulPrecision {
-  fp32,  ///< fp32 operands, fp32 sums
-  bf16,  ///< operands rounded to bf16 (nearest even), fp32 sums and results
-};
+namespace megacpp {
 
 /// Precision policy: every product in fp32 (the default).
 struct Fp32 {

@@ -21,6 +21,7 @@
 #include "megacpp/core/kernels/attention_tiling.hpp"
 #include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/core/kernels/kernel.hpp"
+#include "megacpp/core/matmul_precision.hpp"
 #include "megacpp/core/shape.hpp"
 
 namespace megacpp {
@@ -57,6 +58,7 @@ struct AttentionStats {
   bool two_pass = false;  ///< backward only: the two-pass schedule ran
   index_t q_rows = 0;     ///< query tile rows used
   index_t tile_k = 0;     ///< key tile length used
+  MatmulPrecision products = MatmulPrecision::fp32;  ///< the operands the products ran on (bf16: tensor cores)
 };
 
 namespace kernels {
@@ -72,6 +74,12 @@ struct AttentionParams {
   double softcap = 0.0;  ///< 0: none
   index_t window = 0;    ///< 0: none
   AttentionTiles tiles{};  ///< tiling hints
+  /// The operands the products (q k^T, P v and the backward's) may be rounded to, as the op asked
+  /// (the thread's MatmulPrecision when it was created: a Bf16Mixed model asks for bf16). bf16 lets
+  /// a backend with a bf16 attention kernel round q, k, v, dO, P and dS to bf16 and sum in fp32,
+  /// keeping softmax and log-sum-exp in fp32; a backend without one computes in T (the CPU does).
+  /// The op keeps these params for its backward, so the backward runs as its forward ran.
+  MatmulPrecision products = MatmulPrecision::fp32;
   /// Query heads per kv head.
   index_t group() const { return heads / kv_heads; }
 };

@@ -21,15 +21,18 @@
 ///               [row_span_offsets[b], row_span_offsets[b + 1]).
 /// Tokens covered by no span are padding (from_spans only): doc id -1, position 0; they see
 /// nothing and nobody sees them. Build a layout with the factories; check_spans() refuses one
-/// whose `spans` were edited afterwards (the table would no longer say the same).
+/// whose `spans` were edited afterwards (the table, and the plans backends derived from the layout,
+/// would no longer say the same).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
+#include "megacpp/core/kernels/derived_plans.hpp"
 #include "megacpp/core/tensor.hpp"
 
 namespace megacpp {
@@ -68,6 +71,9 @@ struct DocumentLayout {
   std::vector<std::vector<DocumentSpan>> spans;    ///< per row, the documents in order
   Tensor<std::int32_t, B> span_table;              ///< (n_spans, 3): (row, start, length), rows in order
   std::vector<index_t> row_span_offsets;           ///< (batch + 1): row b's spans are table rows [o[b], o[b + 1])
+  /// What backends derive from this layout (device work lists, chunk tables), built on the first
+  /// call that needs it and shared by copies (derived_plans.hpp).
+  std::shared_ptr<kernels::DerivedPlans> plans = std::make_shared<kernels::DerivedPlans>();
 
   /// Derives the layout from token ids (batch, seq) given the BOS id.
   static DocumentLayout from_tokens(const std::vector<std::int32_t>& input_ids, index_t batch, index_t seq,

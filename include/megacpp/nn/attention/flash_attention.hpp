@@ -13,19 +13,23 @@
 #include <utility>
 
 #include "megacpp/autograd/function.hpp"
+#include "megacpp/autograd/precision.hpp"
 #include "megacpp/core/kernels/attention.hpp"
 
 namespace megacpp {
 
 /// Fused attention with document masking: each query sees the keys of its own document, causally,
 /// inside the window; tiles outside that are never computed. Gradients flow to q, k and v. When
-/// `stats` is given it receives what the forward kernel computed (tiles, score elements).
+/// `stats` is given it receives what the forward kernel computed (tiles, score elements, the
+/// precision its products ran in). Its products ask for the thread's matmul_precision() as
+/// products created now do (autograd/precision.hpp), and its backward asks for the same.
 template <class T, Backend B>
 Var<T, B> flash_attention(const Var<T, B>& q, const Var<T, B>& k, const Var<T, B>& v, const DocumentLayout<B>& docs,
                           const AttentionOptions& options = {}, AttentionStats* stats = nullptr) {
   using Kernel = kernels::FusedAttention<B>;
-  const kernels::AttentionParams p =
+  kernels::AttentionParams p =
       kernels::attention_params("flash_attention", q.shape(), k.shape(), v.shape(), docs, options);
+  p.products = matmul_precision();
   Tensor<T, B> o(q.shape());                        // (batch, seq, heads, head_dim)
   Tensor<T, B> lse(Shape{p.batch, p.seq, p.heads});  // log-sum-exp of each query's visible scores
   const AttentionStats forward_stats = Kernel::template forward<T>(

@@ -196,8 +196,9 @@ struct GatedCombine<Cuda> {
 namespace megacpp {
 
 /// While alive, float attention (FusedAttention<Cuda>) on this thread runs in bf16 on the tensor
-/// cores: q, k, v, dO, P and dS rounded to bf16, fp32 sums and softmax statistics, head_dim up to
-/// 128 (detail/attention_mma.cuh). Off by default: fp32 on the CUDA cores, bit for bit as before.
+/// cores (true: q, k, v, dO, P and dS rounded to bf16, fp32 sums and softmax statistics, head_dim up
+/// to 128, detail/attention_mma.cuh) or in fp32 on the CUDA cores (false), whatever precision the op
+/// asked for. Outside every scope the op decides: bf16 under a Bf16Mixed model, fp32 otherwise.
 using CudaBf16Attention = cuda::flash::Bf16Attention;
 
 }  // namespace megacpp

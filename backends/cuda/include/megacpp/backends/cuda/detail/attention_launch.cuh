@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
@@ -42,7 +43,7 @@ std::vector<WorkTile> document_tiles(const DocumentLayout<B>& docs, index_t rows
   return work;
 }
 
-// The work list on the host (for the statistics) and in device memory for one call.
+// The work list on the host (for the statistics) and in device memory.
 struct DeviceWork {
   std::vector<WorkTile> host;
   DeviceBuffer<WorkTile> device;
@@ -51,6 +52,16 @@ struct DeviceWork {
   }
   unsigned count() const { return static_cast<unsigned>(host.size()); }
 };
+
+// The layout's work list of `rows`-token tiles, planned and uploaded by the first call that needs
+// it and kept with the layout (kernels::DerivedPlans): every later attention call on the same batch,
+// forward or backward, in any layer, launches without a host-to-device copy that would wait for the
+// GPU to drain.
+template <class B>
+const DeviceWork& device_work(const DocumentLayout<B>& docs, index_t rows) {
+  return docs.plans->template get<DeviceWork>({rows, 0},
+                                              [&] { return std::make_shared<DeviceWork>(document_tiles(docs, rows)); });
+}
 
 // Tile pairs and score elements a query-tile kernel (query tiles of `rows`, key tiles of `tile_k`)
 // computes for `heads` heads (as the CPU counts).
@@ -96,7 +107,7 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   AttentionStats stats;
   with_row_layout(p.head_dim, [&]<int DPT, int TPR>() {
     using L = RowLayout<DPT, TPR>;
-    const DeviceWork work(document_tiles(docs, L::kRowsPerBlock));
+    const DeviceWork& work = device_work(docs, L::kRowsPerBlock);
     stats.q_rows = L::kRowsPerBlock;
     stats.tile_k = kKeyTile;
     count_query_tiles(work.host, L::kRowsPerBlock, kKeyTile, p.heads, p.window, stats);
@@ -126,7 +137,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   stats.two_pass = true;
   with_row_layout(p.head_dim, [&]<int DPT, int TPR>() {
     using L = RowLayout<DPT, TPR>;
-    const DeviceWork work(document_tiles(docs, L::kRowsPerBlock));
+    const DeviceWork& work = device_work(docs, L::kRowsPerBlock);
     stats.q_rows = L::kRowsPerBlock;
     stats.tile_k = kKeyTile;
     if (work.count() == 0) return;

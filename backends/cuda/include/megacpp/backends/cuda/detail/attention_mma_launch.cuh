@@ -16,15 +16,16 @@
 
 namespace megacpp::cuda::flash {
 
-// bf16 tensor-core attention for float inputs, off unless asked for (Bf16Attention, per host
-// thread, as Tf32Products is for GEMMs): q, k, v, dO, P and dS rounded to bf16 (8-bit mantissa),
-// fp32 sums and softmax, ~1e-3 relative error instead of float's ~1e-6, for the tensor cores'
-// throughput. An explicit choice, never a default: results then differ from the CPU backend.
+// bf16 tensor-core attention for float inputs: q, k, v, dO, P and dS rounded to bf16 (8-bit
+// mantissa), fp32 sums and softmax, ~1e-3 relative error instead of float's ~1e-6, for the tensor
+// cores' throughput. Asked for by the op (AttentionParams::products: a Bf16Mixed model's attention,
+// forward and backward alike), or forced on or off for a scope on this host thread.
 /// While alive, FusedAttention<Cuda> on float tensors runs the bf16 tensor-core kernels on this
-/// host thread (enabled = true) or the fp32 ones (false); the previous choice comes back when it
-/// ends. Head dims above tensor_core::kMaxHeadDim, and double, always take the fp32 kernels. Keep
-/// it open over a forward and its backward: the backward recomputes P with the kernels chosen when
-/// it runs, and P recomputed in fp32 from a bf16 forward's LSE would not match it.
+/// host thread (enabled = true) or the fp32 ones (false), whatever precision the op asked for; the
+/// previous choice comes back when it ends, and outside every scope the op's precision decides.
+/// Head dims above tensor_core::kMaxHeadDim, and double, always take the fp32 kernels. The scope is
+/// read when a kernel runs: keep it open over a forward and its backward (P recomputed in fp32 from
+/// a bf16 forward's LSE would not match it).
 using Bf16Attention = ThreadOption<struct Bf16AttentionTag>;
 
 namespace tensor_core {
@@ -40,10 +41,12 @@ void with_padded_dim(index_t dim, F&& f) {
   else f.template operator()<128>();
 }
 
-// Whether this call takes the tensor-core kernels: float, the option on, a head dim they hold.
+// Whether this call takes the tensor-core kernels: float, bf16 products (the scope's choice, else
+// the op's), a head dim they hold.
 template <class T>
 bool selected(const kernels::AttentionParams& p) {
-  return std::is_same_v<T, float> && Bf16Attention::enabled() && p.head_dim >= 1 && p.head_dim <= kMaxHeadDim;
+  const bool bf16 = Bf16Attention::choice().value_or(p.products == MatmulPrecision::bf16);
+  return std::is_same_v<T, float> && bf16 && p.head_dim >= 1 && p.head_dim <= kMaxHeadDim;
 }
 
 // Shared memory of each kernel at width D (the plans of attention_mma_tiles.cuh, built from a null base).
@@ -87,7 +90,8 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   AttentionStats stats;
   stats.q_rows = kTileRows;
   stats.tile_k = kKeyStep;
-  const DeviceWork work(document_tiles(docs, kTileRows));
+  stats.products = MatmulPrecision::bf16;
+  const DeviceWork& work = device_work(docs, kTileRows);
   count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
   if (work.count() == 0) return stats;
   const bool vec = can_load_float4(p.head_dim, {a.q, a.k, a.v});
@@ -117,7 +121,8 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   stats.two_pass = true;
   stats.q_rows = kTileRows;
   stats.tile_k = kKeyStep;
-  const DeviceWork work(document_tiles(docs, kTileRows));  // query tiles and key tiles alike: 64 tokens
+  stats.products = MatmulPrecision::bf16;
+  const DeviceWork& work = device_work(docs, kTileRows);  // query tiles and key tiles alike: 64 tokens
   if (work.count() == 0) return stats;
   const bool vec = can_load_float4(p.head_dim, {a.q, a.k, a.v, a.grad_o});
   with_padded_dim(p.head_dim, [&]<int D>() {

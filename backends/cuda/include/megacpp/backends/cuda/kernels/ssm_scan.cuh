@@ -24,13 +24,13 @@ struct SsmScan<Cuda> {
   template <class T>
   static void forward(const ScanParams& p, const DocumentLayout<Cuda>& docs, const ScanOperands<T>& in, T* y,
                       T* chunk_states) {
-    cuda::ssm::scan_forward<T>(p, docs.doc_ids_host, in, y, chunk_states);
+    cuda::ssm::scan_forward<T>(p, docs, in, y, chunk_states);
   }
   /// Adds into every gradient that is not null (q, k per head).
   template <class T>
   static void backward(const ScanParams& p, const DocumentLayout<Cuda>& docs, const ScanOperands<T>& in, const T* dy,
                        const T* chunk_states, const ScanGradients<T>& grads) {
-    cuda::ssm::scan_backward<T>(p, docs.doc_ids_host, in, dy, chunk_states, grads);
+    cuda::ssm::scan_backward<T>(p, docs, in, dy, chunk_states, grads);
   }
 };
 

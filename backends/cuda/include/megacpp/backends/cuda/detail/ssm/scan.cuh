@@ -12,10 +12,10 @@
 // the recurrence of megacpp/nn/mamba/sequential_scan.hpp (Mamba-3's trapezoid, arXiv 2603.15569;
 // Mamba-2's SSD with shift = 0, arXiv 2405.21060), walked token by token inside each chunk rather
 // than in the CPU's chunked matrix form: O(T N P) work, with no intra-chunk matrices. The chunk
-// plan is the contract's (plan_row_chunks on the host, uploaded as a table); chunks never cross a
-// document. The state entering chunk c, E_c = pre_t at its first token (0 at a document's first
-// chunk), is exactly the CPU's saved "state entering the chunk", so the two backends' chunk
-// states are interchangeable.
+// plan is the contract's (plan_row_chunks on the host, uploaded as a table once per layout and
+// chunk size: device_chunks below); chunks never cross a document. The state entering chunk c,
+// E_c = pre_t at its first token (0 at a document's first chunk), is exactly the CPU's saved
+// "state entering the chunk", so the two backends' chunk states are interchangeable.
 //
 // Parallel over chunks: the state is linear in E_c with one scalar decay per token, so a chunk's
 // last state is  H_end = A_c E_c + L_c,  A_c = prod of the chunk's alphas (a document's first
@@ -47,12 +47,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/memory.cuh"
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
+#include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/core/kernels/ssm_scan.hpp"
 
 namespace megacpp::cuda::ssm {
@@ -135,9 +137,8 @@ MEGACPP_HD T chunk_token_state(const ScanView<T>& s, index_t bt0, index_t h, con
   return next_state(s, bt0 + i, h, doc_start, pre, n, p);
 }
 
-// Checks the sizes (the statement of what the kernels assume) and returns every row's chunk plan,
-// (batch, max_chunks) padded with length-0 chunks: plan_row_chunks, as the CPU kernel plans.
-inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, const std::vector<std::int32_t>& doc_ids) {
+// Checks the sizes: the statement of what the kernels assume.
+inline void check_scan_sizes(const char* op, const ScanParams& sh, const std::vector<std::int32_t>& doc_ids) {
   check(sh.batch >= 0 && sh.seq >= 0 && sh.rank >= 1 && sh.d_state >= 1 && sh.head_dim >= 1 && sh.chunk_size >= 1, op,
         "sizes must be positive: rank ", sh.rank, ", d_state ", sh.d_state, ", head_dim ", sh.head_dim,
         ", chunk_size ", sh.chunk_size);
@@ -145,6 +146,11 @@ inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, co
         sh.groups, " (head h reads group h / (heads / groups))");
   check(static_cast<index_t>(doc_ids.size()) == sh.batch * sh.seq, op, "the layout's doc_ids_host holds ",
         doc_ids.size(), " ids, the scan has (batch, seq) = (", sh.batch, ", ", sh.seq, ")");
+}
+
+// Every row's chunk plan, (batch, max_chunks) padded with length-0 chunks: plan_row_chunks, as the
+// CPU kernel plans.
+inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, const std::vector<std::int32_t>& doc_ids) {
   std::vector<ScanChunk> table(static_cast<std::size_t>(sh.batch * sh.max_chunks)), row;
   for (index_t b = 0; b < sh.batch; ++b) {
     kernels::plan_row_chunks(doc_ids.data() + b * sh.seq, sh.seq, sh.chunk_size, row);
@@ -155,12 +161,23 @@ inline std::vector<ScanChunk> plan_scan(const char* op, const ScanParams& sh, co
   return table;
 }
 
-// The chunk table on the device for one call.
+// The chunk table on the device.
 struct DeviceChunks {
   DeviceBuffer<ScanChunk> device;
   explicit DeviceChunks(const std::vector<ScanChunk>& table) : device(table.size()) {
     copy_from_host<ScanChunk>(device.get(), table.data(), table.size());
   }
 };
+
+// The layout's chunk table for (chunk_size, max_chunks), planned and uploaded by the first scan
+// that needs it and kept with the layout (kernels::DerivedPlans): every later scan on the same
+// batch, forward or backward, in any layer, launches without a host-to-device copy that would wait
+// for the GPU to drain.
+template <class B>
+const DeviceChunks& device_chunks(const char* op, const ScanParams& sh, const DocumentLayout<B>& docs) {
+  return docs.plans->template get<DeviceChunks>({sh.chunk_size, sh.max_chunks}, [&] {
+    return std::make_shared<DeviceChunks>(plan_scan(op, sh, docs.doc_ids_host));
+  });
+}
 
 }  // namespace megacpp::cuda::ssm

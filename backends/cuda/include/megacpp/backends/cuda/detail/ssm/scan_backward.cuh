@@ -208,16 +208,15 @@ __global__ void scan_dD_kernel(index_t batch, index_t heads, index_t max_chunks,
 
 // Adds into every gradient of `grads` that is not null (dq, dk per head), given dy and the states
 // the forward saved.
-template <class T>
-void scan_backward(const ScanParams& sh, const std::vector<std::int32_t>& doc_ids_host,
-                   const kernels::ScanOperands<T>& in, const T* dy, const T* chunk_states,
-                   const kernels::ScanGradients<T>& grads) {
+template <class T, class B>
+void scan_backward(const ScanParams& sh, const DocumentLayout<B>& docs, const kernels::ScanOperands<T>& in, const T* dy,
+                   const T* chunk_states, const kernels::ScanGradients<T>& grads) {
   const char* op = "SsmScan<Cuda>::backward";
-  const std::vector<ScanChunk> plan = plan_scan(op, sh, doc_ids_host);
+  check_scan_sizes(op, sh, docs.doc_ids_host);
   if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
   if (!grads.q && !grads.k && !grads.v && !grads.log_alpha && !grads.gamma && !grads.shift && !grads.D) return;
   check(chunk_states != nullptr, op, "needs the chunk states the forward saved (forward with chunk_states set)");
-  const DeviceChunks chunks(plan);
+  const DeviceChunks& chunks = device_chunks(op, sh, docs);
   const ScanView<T> s{sh, in, chunks.device.get()};
   const index_t items = s.chunk_items(), NP = s.state_size();
   const DeviceBuffer<T> flows(static_cast<std::size_t>(items * NP));

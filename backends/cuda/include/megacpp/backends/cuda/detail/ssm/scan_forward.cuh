@@ -70,12 +70,13 @@ __global__ void scan_forward_kernel(ScanView<T> s, const T* entering, T* y, T* s
 
 // y (batch, seq, heads, R, P) and, when chunk_states is not null, the state entering each chunk
 // (batch, heads, max_chunks, N, P); a document's first chunk gets zeros (no state comes in).
-template <class T>
-void scan_forward(const ScanParams& sh, const std::vector<std::int32_t>& doc_ids_host, const kernels::ScanOperands<T>& in,
-                  T* y, T* chunk_states) {
-  const std::vector<ScanChunk> plan = plan_scan("SsmScan<Cuda>::forward", sh, doc_ids_host);
+template <class T, class B>
+void scan_forward(const ScanParams& sh, const DocumentLayout<B>& docs, const kernels::ScanOperands<T>& in, T* y,
+                  T* chunk_states) {
+  const char* op = "SsmScan<Cuda>::forward";
+  check_scan_sizes(op, sh, docs.doc_ids_host);
   if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
-  const DeviceChunks chunks(plan);
+  const DeviceChunks& chunks = device_chunks(op, sh, docs);
   const ScanView<T> s{sh, in, chunks.device.get()};
   const index_t items = s.chunk_items(), NP = s.state_size();
   const DeviceBuffer<T> own_states(chunk_states ? 0 : static_cast<std::size_t>(items * NP));

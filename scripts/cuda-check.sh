@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs everything CUDA on a machine with a GPU, in the order that spends its time best: the tests
+# first (a kernel that fails them makes its figures meaningless), then the benches, whose last
+# output line is their JSON figures (docs/systems/cuda.md records them).
+#
+#   scripts/cuda-check.sh [TEST_BUILD_DIR] [BENCH_BUILD_DIR]      (defaults: build/test build/default)
+#
+# Build both presets first (cmake --workflow --preset test / default: nvcc compiles every CUDA
+# translation unit). Exits non-zero if any test fails or any binary is missing; the benches' JSON
+# lines are gathered in $CUDA_CHECK_OUT (default: cuda-check.jsonl in the current directory).
+set -u
+test_dir=${1:-build/test}
+bench_dir=${2:-build/default}
+out=${CUDA_CHECK_OUT:-cuda-check.jsonl}
+status=0
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+run() {  # run NAME PATH [ARGS...]: runs one binary, prints its wall time, remembers a failure
+  local name=$1 path=$2
+  shift 2
+  if [ ! -x "$path" ]; then
+    echo "cuda-check: $name: $path is missing (build its preset first)"
+    status=1
+    return
+  fi
+  echo "== $name"
+  local start=$SECONDS
+  "$path" "$@" | tee "/tmp/cuda-check-$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "-- $name: exit $rc, $((SECONDS - start)) s"
+  [ "$rc" -eq 0 ] || status=1
+  # Without a GPU the binaries say so and exit 0 (CTest reports them skipped): not a pass here.
+  if grep -q "no CUDA device" "/tmp/cuda-check-$name.log"; then
+    echo "cuda-check: $name found no CUDA device: nothing was checked"
+    status=1
+  fi
+}
+
+run cuda_tests "$test_dir/tests/cuda/cuda_tests"
+run cuda_layer_tests "$test_dir/tests/cuda_layers/cuda_layer_tests"
+[ -x "$test_dir/tests/dist/nccl_tests" ] && run nccl_tests "$test_dir/tests/dist/nccl_tests"
+: > "$out"
+for bench in attention mamba train_step; do
+  run "bench_${bench}_cuda" "$bench_dir/bench/$bench/bench_${bench}_cuda"
+  [ -f "/tmp/cuda-check-bench_${bench}_cuda.log" ] && tail -n 1 "/tmp/cuda-check-bench_${bench}_cuda.log" >> "$out"
+done
+echo "cuda-check: figures in $out; $([ $status -eq 0 ] && echo 'every binary passed' || echo 'FAILURES above')"
+exit $status
