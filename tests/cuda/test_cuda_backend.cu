@@ -197,7 +197,9 @@ std::string check_model_masking(double packed_tolerance = 1e-5) {
 // hybrid reaches) on the GPU: 30 AdamW steps on one packed batch lower the loss; a checkpoint
 // written from the device and read back into another model gives bitwise the same weights; the
 // decode caches generate what the full forward does; and the CPU backend, loading the same file,
-// continues the prompt the same way (greedy).
+// continues the prompt the same way (greedy). The attention work list and the scan's chunk table
+// are planned and uploaded once for the batch's layout (DocumentLayout::plans): the first step
+// builds them, the 29 others none.
 std::string check_tiny_model_lifecycle() {
   using Model = TinyLM<float, Cuda>;
   using Batch = testing::MaskingBatch;
@@ -208,6 +210,7 @@ std::string check_tiny_model_lifecycle() {
   const auto ids = Tensor<std::int32_t, Cuda>::from_host(Shape{Batch::batch, Batch::seq}, data.ids);
   const auto targets = Tensor<std::int32_t, Cuda>::from_host(Shape{Batch::batch, Batch::seq}, data.targets);
   double first = 0, last = 0;
+  std::size_t plans = 0;
   for (int step = 0; step < 30; ++step) {
     const auto loss = model.loss(ids, targets, Tensor<float, Cuda>(), docs);
     last = loss.item();
@@ -216,7 +219,12 @@ std::string check_tiny_model_lifecycle() {
     backward(loss);
     opt.step();
     opt.zero_grad();
+    if (step == 0) plans = docs.plans->size();
   }
+  if (plans < 2) return "the first step kept " + std::to_string(plans) + " plans with the layout (expected the attention's and the scan's)";
+  if (docs.plans->size() != plans)
+    return "later steps on the same layout planned again: " + std::to_string(docs.plans->size()) + " plans, " +
+           std::to_string(plans) + " after the first step";
   if (!(last < 0.8 * first))
     return "30 AdamW steps on one batch took the loss from " + std::to_string(first) + " to " + std::to_string(last) + " only";
 
