@@ -1,8 +1,9 @@
 // tests/cuda/attention_bf16_cases.hpp: the cases and the double-precision reference of the bf16
 // tensor-core attention (CudaBf16Attention, backends/cuda/detail/attention_mma.cuh).
 //
-// Plain host C++ (no backend, no test framework): the CUDA test runs the cases on the GPU and
-// compares with this reference. The reference is written from the contract, not from the kernel:
+// Plain host C++ (no backend, no test framework): the CUDA test runs the cases on the GPU, and
+// tests/cuda_emulation on the host emulation of the same device code, and both compare with this
+// reference. The reference is written from the contract, not from the kernel:
 // dense loops over each document's visible (query, key) pairs in double, on q, k, v and dO rounded
 // to bf16 as the kernel stages them. P and dS are rounded to bf16 where the kernel rounds them
 // when `round_products` is set (the kernel's own rounding points), and kept exact otherwise (what
@@ -22,6 +23,12 @@
 #include "megacpp/core/random.hpp"
 
 namespace megacpp::attention_bf16_test {
+
+// The tolerances of a case against reference_forward / reference_backward with exact P and dS
+// (derived in attention_bf16_checks.hpp; tests/cuda_emulation applies the same ones).
+inline constexpr double kOutputTolerance = 1e-2;    // o, relative to max |o|: 2.5 bf16 unit roundoffs
+inline constexpr double kGradientTolerance = 1e-2;  // dq, dk, dv, relative to their max: 2.5 unit roundoffs
+inline constexpr double kLseTolerance = 1e-5;       // lse, relative to max |lse|: fp32 sums of exact P
 
 /// One problem: shapes, documents per row (tokens in no span are padding) and options.
 struct Problem {

@@ -25,8 +25,10 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
+#include <cstddef>
 #include <cstdint>
 #include <cuda/std/limits>
+#include <vector>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/core/kernels/attention.hpp"
@@ -59,6 +61,31 @@ struct RowLayout {
   // Shared-memory offset of head element e within a staged row.
   __device__ static int offset(int e) { return (e / DPT) * kSlice + e % DPT; }
 };
+
+// Host side, shared by the launches (attention_launch.cuh) and the host emulation of the kernels
+// (tests/cuda_emulation). Calls f.template operator()<DPT, TPR>() for the smallest layout holding
+// head_dim: 8, 16 and 32 elements on one lane, then 2, 4 and 8 lanes of 32 (64, 128, 256).
+template <class F>
+void with_row_layout(index_t dim, F&& f) {
+  if (dim <= 8) f.template operator()<8, 1>();
+  else if (dim <= 16) f.template operator()<16, 1>();
+  else if (dim <= 32) f.template operator()<32, 1>();
+  else if (dim <= 64) f.template operator()<32, 2>();
+  else if (dim <= 128) f.template operator()<32, 4>();
+  else f.template operator()<32, 8>();
+}
+
+// The tiles of every document of every row (a layout's spans), in row and document order; `rows`
+// tokens per tile.
+inline std::vector<WorkTile> document_tiles(const std::vector<std::vector<DocumentSpan>>& spans, index_t rows) {
+  std::vector<WorkTile> work;
+  for (std::size_t b = 0; b < spans.size(); ++b)
+    for (const DocumentSpan& span : spans[b])
+      for (index_t t = 0; t < attention::tile_count(span.length, rows); ++t)
+        work.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(span.start),
+                        static_cast<std::int32_t>(span.length), static_cast<std::int32_t>(t)});
+  return work;
+}
 
 template <class T>
 __device__ inline T exp_of(T x) {

@@ -19,29 +19,6 @@ namespace megacpp::cuda::flash {
 
 inline constexpr index_t kMaxHeadDim = 256;  // the largest row layout instantiated below
 
-// Calls f.template operator()<DPT, TPR>() for the smallest layout holding head_dim: 8, 16 and
-// 32 elements on one lane, then 2, 4 and 8 lanes of 32 (64, 128, 256).
-template <class F>
-void with_row_layout(index_t dim, F&& f) {
-  if (dim <= 8) f.template operator()<8, 1>();
-  else if (dim <= 16) f.template operator()<16, 1>();
-  else if (dim <= 32) f.template operator()<32, 1>();
-  else if (dim <= 64) f.template operator()<32, 2>();
-  else if (dim <= 128) f.template operator()<32, 4>();
-  else f.template operator()<32, 8>();
-}
-
-// The tiles of every document of every row, in row and document order; `rows` tokens per tile.
-template <class B>
-std::vector<WorkTile> document_tiles(const DocumentLayout<B>& docs, index_t rows) {
-  std::vector<WorkTile> work;
-  for (index_t b = 0; b < docs.batch; ++b)
-    for (const DocumentSpan& span : docs.spans[static_cast<std::size_t>(b)])
-      for (index_t t = 0; t < attention::tile_count(span.length, rows); ++t)
-        work.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(span.start),
-                        static_cast<std::int32_t>(span.length), static_cast<std::int32_t>(t)});
-  return work;
-}
 
 // The work list on the host (for the statistics) and in device memory.
 struct DeviceWork {
@@ -60,7 +37,7 @@ struct DeviceWork {
 template <class B>
 const DeviceWork& device_work(const DocumentLayout<B>& docs, index_t rows) {
   return docs.plans->template get<DeviceWork>({rows, 0},
-                                              [&] { return std::make_shared<DeviceWork>(document_tiles(docs, rows)); });
+                                              [&] { return std::make_shared<DeviceWork>(document_tiles(docs.spans, rows)); });
 }
 
 // Tile pairs and score elements a query-tile kernel (query tiles of `rows`, key tiles of `tile_k`)

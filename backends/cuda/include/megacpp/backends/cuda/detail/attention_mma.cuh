@@ -46,7 +46,9 @@ namespace megacpp::cuda::flash::tensor_core {
 
 // The query tile a forward or dQ block owns (its document tile and head, queries [qs, qe)) and
 // this thread's place in it: warp `warp`, tile row r = t / 2 (query i, inactive past the tile's
-// end), column parity `half`. Read with a structured binding, in this member order.
+// end), column parity `half`. The kernels copy the members into named locals, not a structured
+// binding: their lambdas capture them, and capturing a structured binding (C++20) is beyond Clang
+// before 16, which builds the host emulation of this code (tests/cuda_emulation).
 struct QueryTileThread {
   WorkTile w;
   index_t h, kvh, qs, qe, i;
@@ -94,7 +96,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   using OTile = FloatTile<kTileRows, D>;
   extern __shared__ __align__(128) unsigned char tile_memory[];
   const ForwardShared<D> sh(tile_memory);
-  const auto [w, h, kvh, qs, qe, i, warp, r, half, active] = QueryTileThread(g, work);
+  const QueryTileThread place(g, work);
+  const WorkTile w = place.w;
+  const index_t h = place.h, kvh = place.kvh, qs = place.qs, qe = place.qe, i = place.i;
+  const int warp = place.warp, r = place.r, half = place.half;
+  const bool active = place.active;
   stage_bf16<kTileRows, D>(sh.q, QTile::kLd, q, w.b, w.start, qs, static_cast<int>(qe - qs), g.seq, g.heads, h, g.dim,
                            vector_loads);
   for (int idx = threadIdx.x; idx < kTileRows * OTile::kLd; idx += kBlockThreads) sh.o[idx] = 0.0f;
@@ -261,7 +267,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   using DsTile = Bf16Tile<kTileRows, kKeyStep>;
   extern __shared__ __align__(128) unsigned char tile_memory[];
   const QueryShared<D> sh(tile_memory);
-  const auto [w, h, kvh, qs, qe, i, warp, r, half, active] = QueryTileThread(g, work);
+  const QueryTileThread place(g, work);
+  const WorkTile w = place.w;
+  const index_t h = place.h, kvh = place.kvh, qs = place.qs, qe = place.qe, i = place.i;
+  const int warp = place.warp, r = place.r, half = place.half;
+  const bool active = place.active;
   const int rows = static_cast<int>(qe - qs);
   stage_bf16<kTileRows, D>(sh.q, QTile::kLd, q, w.b, w.start, qs, rows, g.seq, g.heads, h, g.dim, vector_loads);
   stage_bf16<kTileRows, D>(sh.grad_o, QTile::kLd, grad_o, w.b, w.start, qs, rows, g.seq, g.heads, h, g.dim, vector_loads);

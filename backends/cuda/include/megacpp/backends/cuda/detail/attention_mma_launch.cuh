@@ -6,7 +6,6 @@
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -34,13 +33,6 @@ namespace tensor_core {
 // the dK/dV accumulators (2 x head_dim / 16 fragments per lane) out of registers.
 inline constexpr index_t kMaxHeadDim = 128;
 
-// Calls f.template operator()<D>() with the padded width D >= head_dim.
-template <class F>
-void with_padded_dim(index_t dim, F&& f) {
-  if (dim <= 64) f.template operator()<64>();
-  else f.template operator()<128>();
-}
-
 // Whether this call takes the tensor-core kernels: float, bf16 products (the scope's choice, else
 // the op's), a head dim they hold.
 template <class T>
@@ -56,14 +48,6 @@ template <int D>
 std::size_t key_value_shared_bytes() { return KeyValueShared<D>(nullptr).bytes; }
 template <int D>
 std::size_t query_shared_bytes() { return QueryShared<D>(nullptr).bytes; }
-
-// float4 loads need every row 16-byte aligned: dim % 4 == 0 and 16-byte aligned tensors.
-inline bool can_load_float4(index_t dim, std::initializer_list<const float*> tensors) {
-  if (dim % 4 != 0) return false;
-  for (const float* t : tensors)
-    if (reinterpret_cast<std::uintptr_t>(t) % 16 != 0) return false;
-  return true;
-}
 
 // The launch checks on the host: grid sizes, and the kernel's shared memory against the device's
 // per-block opt-in limit (H100: 227 KB), then the opt-in above 48 KB.

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
@@ -39,6 +40,22 @@ inline constexpr int kFragment = 16;                 // WMMA bf16 m16n16k16
 inline constexpr int kTileRows = kWarps * kFragment;  // 64: a query tile (forward, dQ) or a key tile (dK/dV)
 inline constexpr int kKeyStep = 64;                   // keys staged per step (forward, dQ)
 inline constexpr int kQueryStep = 32;                 // queries staged per step (dK/dV)
+
+// Host side, shared by the launches (attention_mma_launch.cuh) and the host emulation of the
+// kernels (tests/cuda_emulation). Calls f.template operator()<D>() with the padded width D >= head_dim.
+template <class F>
+void with_padded_dim(index_t dim, F&& f) {
+  if (dim <= 64) f.template operator()<64>();
+  else f.template operator()<128>();
+}
+
+// float4 loads need every row 16-byte aligned: dim % 4 == 0 and 16-byte aligned tensors.
+inline bool can_load_float4(index_t dim, std::initializer_list<const float*> tensors) {
+  if (dim % 4 != 0) return false;
+  for (const float* t : tensors)
+    if (reinterpret_cast<std::uintptr_t>(t) % 16 != 0) return false;
+  return true;
+}
 
 using Accumulator = wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float>;
 template <class Layout>

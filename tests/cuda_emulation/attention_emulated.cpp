@@ -1,0 +1,99 @@
+// tests/cuda_emulation/attention_emulated.cpp: the launches of detail/attention_mma_launch.cuh and
+// detail/attention_launch.cuh on the emulator. Those files launch with <<<>>>, allocate device
+// memory and keep the work list with the layout, none of which a host compiler takes, so what they
+// compute before a launch is mirrored here (each mirror says what it mirrors), calling the device
+// headers' own host helpers for the rest: the work list (document_tiles), the layout and padded
+// width choices, the float4 check, the shared-memory plans, grid_for. Host vectors stand in for
+// device memory.
+#include "attention_emulated.hpp"
+
+#include <limits>
+
+#include "device_code.hpp"
+#include "emulator/launch.hpp"
+
+namespace megacpp::cuda_emulation {
+namespace {
+
+namespace flash = megacpp::cuda::flash;
+namespace tc = flash::tensor_core;
+using attention_bf16_test::Inputs;
+using attention_bf16_test::Problem;
+
+// Mirrors geometry<float> (attention_launch.cuh); the scale resolved as kernels::attention_params does.
+flash::Geometry<float> geometry(const Problem& p) {
+  return {p.seq, p.heads, p.kv_heads, p.dim, p.heads / p.kv_heads, p.window, static_cast<float>(p.resolved_scale()),
+          static_cast<float>(p.softcap)};
+}
+
+// Outputs as forward() leaves them before its kernel: o = 0 (cudaMemsetAsync), lse = -inf (fill).
+AttentionRun prepared(const Problem& p, const AttentionRun& initial) {
+  AttentionRun r = initial;
+  r.o.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads * p.dim), 0.0f);
+  r.lse.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads), -std::numeric_limits<float>::infinity());
+  return r;
+}
+
+dim3 grid(const std::vector<flash::WorkTile>& work, index_t heads) {
+  return dim3(static_cast<unsigned>(work.size()), static_cast<unsigned>(heads));
+}
+
+}  // namespace
+
+AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults) {
+  const flash::Geometry<float> g = geometry(p);
+  AttentionRun r = prepared(p, initial);
+  // Mirrors tensor_core::forward and backward (attention_mma_launch.cuh).
+  const std::vector<flash::WorkTile> work = flash::document_tiles(p.spans, tc::kTileRows);
+  const dim3 block(tc::kBlockThreads);
+  const std::size_t cut = faults.shared_shortfall;
+  const float *q = raw.q.data(), *k = raw.k.data(), *v = raw.v.data(), *grad_o = raw.grad_o.data();
+  if (!work.empty()) {
+    const bool vec = tc::can_load_float4(p.dim, {q, k, v});
+    tc::with_padded_dim(p.dim, [&]<int D>() {
+      launch(tc::forward_kernel<D>, {grid(work, p.heads), block, tc::ForwardShared<D>(nullptr).bytes - cut}, g, work.data(),
+             q, k, v, r.o.data(), r.lse.data(), vec);
+    });
+  }
+  const index_t rows = p.batch * p.seq * p.heads;
+  std::vector<float> drow(static_cast<std::size_t>(rows));
+  launch(tc::rounded_output_dot_kernel<float>, {dim3(cuda::grid_for(rows)), dim3(cuda::kThreads), 0}, rows, p.dim,
+         r.o.data(), grad_o, drow.data());
+  if (work.empty()) return r;
+  const bool vec = tc::can_load_float4(p.dim, {q, k, v, grad_o});
+  tc::with_padded_dim(p.dim, [&]<int D>() {
+    launch(tc::key_value_grad_kernel<D>, {grid(work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g,
+           work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dk.data(), r.dv.data(), vec);
+    launch(tc::query_grad_kernel<D>, {grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g,
+           work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dq.data(), vec);
+  });
+  return r;
+}
+
+AttentionRun run_fp32_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial) {
+  const flash::Geometry<float> g = geometry(p);
+  AttentionRun r = prepared(p, initial);
+  const float *q = raw.q.data(), *k = raw.k.data(), *v = raw.v.data(), *grad_o = raw.grad_o.data();
+  const index_t rows = p.batch * p.seq * p.heads;
+  std::vector<float> drow(static_cast<std::size_t>(rows));
+  // Mirrors flash::forward and backward (attention_launch.cuh), shared memory sizes included.
+  flash::with_row_layout(p.dim, [&]<int DPT, int TPR>() {
+    using L = flash::RowLayout<DPT, TPR>;
+    const std::vector<flash::WorkTile> work = flash::document_tiles(p.spans, L::kRowsPerBlock);
+    const dim3 block(flash::kBlockThreads);
+    if (!work.empty())
+      launch(flash::forward_kernel<float, DPT, TPR>, {grid(work, p.heads), block, 2 * flash::kKeyTile * L::kRow * sizeof(float)},
+             g, work.data(), q, k, v, r.o.data(), r.lse.data());
+    launch(flash::output_dot_kernel<float>, {dim3(cuda::grid_for(rows)), dim3(cuda::kThreads), 0}, rows, p.dim, r.o.data(),
+           grad_o, drow.data());
+    if (work.empty()) return;
+    launch(flash::key_value_grad_kernel<float, DPT, TPR>,
+           {grid(work, p.kv_heads), block, (2 * flash::kQueryChunk * L::kRow + 2 * flash::kQueryChunk) * sizeof(float)}, g,
+           work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dk.data(), r.dv.data());
+    launch(flash::query_grad_kernel<float, DPT, TPR>, {grid(work, p.heads), block, 2 * flash::kKeyTile * L::kRow * sizeof(float)},
+           g, work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dq.data());
+  });
+  return r;
+}
+
+}  // namespace megacpp::cuda_emulation

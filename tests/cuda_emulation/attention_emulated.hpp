@@ -1,0 +1,33 @@
+// tests/cuda_emulation/attention_emulated.hpp: the CUDA attention kernels run on the emulator, on
+// the problems of tests/cuda/attention_bf16_cases.hpp, with host vectors as device memory.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "cuda/attention_bf16_cases.hpp"
+
+namespace megacpp::cuda_emulation {
+
+/// What a forward and its backward produce: o, lse, and dq, dk, dv added into their initial values.
+struct AttentionRun {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+/// Bytes taken off every dynamic shared memory request (0: the launch code's sizes). An injected
+/// fault: a launch that asks for less than its kernel's plan uses.
+struct LaunchFaults {
+  std::size_t shared_shortfall = 0;
+};
+
+/// The bf16 tensor-core attention (detail/attention_mma.cuh) as detail/attention_mma_launch.cuh
+/// launches it: forward on `raw` (fp32: the kernels round as they stage), then backward from the
+/// forward's o and lse with grad_o, the gradients added into `initial`'s dq, dk, dv.
+AttentionRun run_bf16_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
+                                const AttentionRun& initial, const LaunchFaults& faults = {});
+
+/// The fp32 CUDA-core attention (detail/attention.cuh) as detail/attention_launch.cuh launches it.
+AttentionRun run_fp32_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
+                                const AttentionRun& initial);
+
+}  // namespace megacpp::cuda_emulation

@@ -1,0 +1,27 @@
+// tests/cuda_emulation/emulator/shared_memory.cpp: see shared_memory.hpp. The alignments match the
+// kernels' declarations (GCC and Clang want a definition's alignment to match its declarations').
+#include "emulator/shared_memory.hpp"
+
+#include "emulator/launch.hpp"
+
+// The bf16 tensor-core attention (detail/attention_mma.cuh): `tile_memory`, 128-byte aligned.
+namespace megacpp::cuda::flash::tensor_core {
+__attribute__((aligned(128))) unsigned char tile_memory[megacpp::cuda_emulation::kMaxDynamicShared];
+}
+// The fp32 attention (detail/attention.cuh): `shared_bytes`, 16-byte aligned.
+namespace megacpp::cuda::flash {
+__attribute__((aligned(16))) unsigned char shared_bytes[megacpp::cuda_emulation::kMaxDynamicShared];
+}
+
+namespace megacpp::cuda_emulation {
+
+const SharedArena* shared_arenas() {
+  static const SharedArena arenas[] = {
+      {"tile_memory", megacpp::cuda::flash::tensor_core::tile_memory, kMaxDynamicShared},
+      {"shared_bytes", megacpp::cuda::flash::shared_bytes, kMaxDynamicShared},
+      {nullptr, nullptr, 0},
+  };
+  return arenas;
+}
+
+}  // namespace megacpp::cuda_emulation
