@@ -19,7 +19,6 @@ namespace megacpp::cuda::flash {
 
 inline constexpr index_t kMaxHeadDim = 256;  // the largest row layout instantiated below
 
-
 // The work list on the host (for the statistics) and in device memory.
 struct DeviceWork {
   std::vector<WorkTile> host;

@@ -29,7 +29,7 @@ using Bf16Attention = ThreadOption<struct Bf16AttentionTag>;
 
 namespace tensor_core {
 
-// head_dim 1..128 (zero padded to 64 or 128, the widths instantiated below); wider heads would need
+// head_dim 1..128 (zero padded to 64 or 128: with_padded_dim, attention_mma_tiles.cuh); wider heads would need
 // the dK/dV accumulators (2 x head_dim / 16 fragments per lane) out of registers.
 inline constexpr index_t kMaxHeadDim = 128;
 
