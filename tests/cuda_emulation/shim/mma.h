@@ -105,37 +105,38 @@ void mma(const emu::LaneOperands (&lanes)[emu::kWarpSize]) {
 }
 }  // namespace emulation
 
+namespace emulation {
+// One lane's part of a load_matrix_sync: the injected faults (Options), the rules, the warp's
+// sequence of collectives (`op` with ldm and the layout as its per-warp arguments), then this
+// lane's 8 elements of the fragment of kind `use`.
+template <class T>
+void load_lane(T (&x)[8], const T* mptr, unsigned ldm, unsigned use, bool row_major_layout, const char* op,
+               const char* file, unsigned line) {
+  const auto& o = emu::options();
+  mptr = reinterpret_cast<const T*>(reinterpret_cast<const char*>(mptr) + o.wmma_pointer_shift);  // fault
+  ldm += o.wmma_ldm_shift;                                                                       // fault
+  check_access("wmma::load_matrix_sync", mptr, ldm, sizeof(T), file, line);
+  emu::warp_collective({op, mptr, ldm * 2u + (row_major_layout ? 0u : 1u), file, line});
+  const unsigned lane = emu::lane_index();
+  for (unsigned e = 0; e < 8; ++e) {
+    const unsigned i = element(use, lane, e);
+    x[e] = mptr[offset(i / 16, i % 16, ldm, row_major_layout)];
+  }
+}
+}  // namespace emulation
+
 // matrix_a / matrix_b from bf16 memory; the fragment's layout says how mptr is read.
 template <class Use, class Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout>& a, const __nv_bfloat16* mptr, unsigned ldm,
                       const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
-  namespace em = emulation;
-  const auto& o = em::emu::options();
-  mptr = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(mptr) + o.wmma_pointer_shift);  // fault
-  ldm += o.wmma_ldm_shift;                                                                                    // fault
-  em::check_access("wmma::load_matrix_sync", mptr, ldm, sizeof(__nv_bfloat16), file, line);
-  em::emu::warp_collective({__PRETTY_FUNCTION__, mptr, ldm, file, line});
-  const unsigned lane = em::emu::lane_index();
-  for (unsigned e = 0; e < 8; ++e) {
-    const unsigned i = em::element(em::kUse<Use>, lane, e);
-    a.x[e] = mptr[em::offset(i / 16, i % 16, ldm, std::is_same_v<Layout, row_major>)];
-  }
+  emulation::load_lane(a.x, mptr, ldm, emulation::kUse<Use>, std::is_same_v<Layout, row_major>, __PRETTY_FUNCTION__, file,
+                       line);
 }
 
 // An accumulator from float memory, row or column major.
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& a, const float* mptr, unsigned ldm, layout_t layout,
                              const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
-  namespace em = emulation;
-  const auto& o = em::emu::options();
-  mptr = reinterpret_cast<const float*>(reinterpret_cast<const char*>(mptr) + o.wmma_pointer_shift);  // fault
-  ldm += o.wmma_ldm_shift;                                                                            // fault
-  em::check_access("wmma::load_matrix_sync", mptr, ldm, sizeof(float), file, line);
-  em::emu::warp_collective({"wmma::load_matrix_sync(accumulator)", mptr, ldm * 2 + layout, file, line});
-  const unsigned lane = em::emu::lane_index();
-  for (unsigned e = 0; e < 8; ++e) {
-    const unsigned i = em::element(2, lane, e);
-    a.x[e] = mptr[em::offset(i / 16, i % 16, ldm, layout == mem_row_major)];
-  }
+  emulation::load_lane(a.x, mptr, ldm, 2, layout == mem_row_major, "wmma::load_matrix_sync(accumulator)", file, line);
 }
 
 inline void store_matrix_sync(float* mptr, const fragment<accumulator, 16, 16, 16, float>& a, unsigned ldm, layout_t layout,
