@@ -3,7 +3,7 @@
 // memory and keep the work list with the layout, none of which a host compiler takes, so what they
 // compute before a launch is mirrored here (each mirror says what it mirrors), calling the device
 // headers' own host helpers for the rest: the work list (document_tiles), the layout and padded
-// width choices, the float4 check, the shared-memory plans, grid_for. Host vectors stand in for
+// width choices, the bf16 row width, the shared-memory plans, grid_for. Host vectors stand in for
 // device memory.
 #include "attention_emulated.hpp"
 
@@ -40,6 +40,17 @@ dim3 grid(const std::vector<flash::WorkTile>& work, index_t heads) {
 
 }  // namespace
 
+namespace {
+// Mirrors tensor_core::Bf16Rows (attention_mma_launch.cuh): the bf16 copy the kernels read.
+std::vector<__nv_bfloat16> bf16_rows(const std::vector<float>& src, index_t dim) {
+  const index_t rows = static_cast<index_t>(src.size()) / dim, width = tc::bf16_row_width(dim);
+  std::vector<__nv_bfloat16> copy(static_cast<std::size_t>(rows * width));
+  launch(tc::to_bf16_rows_kernel, {dim3(cuda::grid_for(rows * width)), dim3(cuda::kThreads), 0}, rows, dim, width,
+         src.data(), copy.data());
+  return copy;
+}
+}  // namespace
+
 AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults) {
   const flash::Geometry<float> g = geometry(p);
   AttentionRun r = prepared(p, initial);
@@ -47,25 +58,25 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   const std::vector<flash::WorkTile> work = flash::document_tiles(p.spans, tc::kTileRows);
   const dim3 block(tc::kBlockThreads);
   const std::size_t cut = faults.shared_shortfall;
-  const float *q = raw.q.data(), *k = raw.k.data(), *v = raw.v.data(), *grad_o = raw.grad_o.data();
-  if (!work.empty()) {
-    const bool vec = tc::can_load_float4(p.dim, {q, k, v});
+  const index_t width = tc::bf16_row_width(p.dim);
+  const std::vector<__nv_bfloat16> q = bf16_rows(raw.q, p.dim), k = bf16_rows(raw.k, p.dim), v = bf16_rows(raw.v, p.dim),
+                                   grad_o = bf16_rows(raw.grad_o, p.dim);
+  if (!work.empty())
     tc::with_padded_dim(p.dim, [&]<int D>() {
       launch(tc::forward_kernel<D>, {grid(work, p.heads), block, tc::ForwardShared<D>(nullptr).bytes - cut}, g, work.data(),
-             q, k, v, r.o.data(), r.lse.data(), vec);
+             width, q.data(), k.data(), v.data(), r.o.data(), r.lse.data());
     });
-  }
   const index_t rows = p.batch * p.seq * p.heads;
   std::vector<float> drow(static_cast<std::size_t>(rows));
   launch(tc::rounded_output_dot_kernel<float>, {dim3(cuda::grid_for(rows)), dim3(cuda::kThreads), 0}, rows, p.dim,
-         r.o.data(), grad_o, drow.data());
+         r.o.data(), raw.grad_o.data(), drow.data());
   if (work.empty()) return r;
-  const bool vec = tc::can_load_float4(p.dim, {q, k, v, grad_o});
   tc::with_padded_dim(p.dim, [&]<int D>() {
     launch(tc::key_value_grad_kernel<D>, {grid(work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g,
-           work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dk.data(), r.dv.data(), vec);
-    launch(tc::query_grad_kernel<D>, {grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g,
-           work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dq.data(), vec);
+           work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dk.data(),
+           r.dv.data());
+    launch(tc::query_grad_kernel<D>, {grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g, work.data(),
+           width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dq.data());
   });
   return r;
 }

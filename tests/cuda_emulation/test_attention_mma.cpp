@@ -2,7 +2,7 @@
 // unmodified device code on the host emulation, on every case of tests/cuda/attention_bf16_cases.hpp
 // with the GPU test's seeds: o, lse, dq, dk, dv against the double reference within the GPU
 // test's tolerances; padding tokens exact; the same bits again under another thread schedule (greedy,
-// reversed) and the other WMMA fragment mapping (no race, no dependence on the unspecified mapping). Cases
+// reversed: no race). Cases
 // tagged [large] are left out under the sanitizers (tests/cuda_emulation/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
@@ -30,10 +30,9 @@ void check_case(std::size_t index) {
   CHECK(e.dk <= attention_bf16_test::kGradientTolerance);
   CHECK(e.dv <= attention_bf16_test::kGradientTolerance);
   CHECK(check_padding(p, got, initial).empty());
-  Options other;  // threads from the last, each warp as far ahead as it can go; the other mapping
+  Options other;  // threads from the last, each warp as far ahead as it can go
   other.reverse_schedule = true;
   other.greedy_schedule = true;
-  other.fragment_mapping = 1;
   const OptionsScope scope(other);
   CHECK(bitwise_equal(got, run_bf16_attention(p, raw, initial)));
 }

@@ -58,34 +58,30 @@ TEST_CASE("the fault probe passes without faults", "[faults]") { CHECK(outcome({
 
 TEST_CASE("faults injected into the bf16 attention are caught", "[faults]") {
   Options o;
-  SECTION("every thread skips its second __syncthreads (K, V staged -> S = Q K^T)") {
-    o.skip_barrier = 1;
-    CHECK_THAT(outcome(o), Contains("wrong"));
-  }
-  SECTION("every lane skips its first __syncwarp (S stored -> the softmax reads its rows)") {
-    o.skip_syncwarp = 0;
-    CHECK_THAT(outcome(o), Contains("wrong"));
-  }
-  SECTION("the dK/dV kernel's last __syncthreads (tiles read -> their memory takes the gradient strips)") {
-    // A race only a warp running ahead shows: with it skipped, warp 0 stores its dK strip over K
-    // rows that warp 1 has yet to read. The round-robin schedule keeps the warps together.
-    o.skip_barrier_line = device_line("every warp is done with the tiles: their memory holds the gradient strips now");
-    REQUIRE(o.skip_barrier_line > 0);
+  // Each thread's cp.async copies land at its own wait; without the barrier after it, a warp reads
+  // rows that other threads copy before their copies have landed, or lets its next copies land
+  // on a tile other warps still read. Only a warp running ahead shows it: the round-robin
+  // schedule keeps the warps together, so these run under the greedy one.
+  SECTION("every thread skips its first __syncthreads (Q and the first K, V copied -> S = Q K^T reads them)") {
+    o.skip_barrier = 0;
     o.greedy_schedule = true;
     CHECK_THAT(outcome(o), Contains("wrong"));
   }
-  SECTION("one lane skips a __syncwarp") {
-    o.skip_syncwarp = 0;
-    o.skip_syncwarp_lane = 5;
-    CHECK_THAT(outcome(o), Contains("error") && Contains("divergent warp collectives"));
+  SECTION("every thread skips the barrier at the start of every step") {
+    o.skip_barrier_line = device_line("ptx::cp_async_wait<0>();");
+    REQUIRE(o.skip_barrier_line > 0);
+    o.skip_barrier_line += 1;  // the __syncthreads on the line after the wait
+    o.greedy_schedule = true;
+    CHECK_THAT(outcome(o), Contains("wrong"));
   }
-  SECTION("a WMMA load pointer 16 bytes off") {
-    o.wmma_pointer_shift = 16;
-    CHECK_THAT(outcome(o), Contains("error") && Contains("not 256-bit"));
+  SECTION("one lane's ldmatrix row address 16 bytes off") {
+    o.ldmatrix_address_shift = 16;
+    o.ldmatrix_fault_lane = 5;
+    CHECK_THAT(outcome(o), Contains("wrong") || Contains("past the"));
   }
-  SECTION("a WMMA load with ldm 4 elements more (not a multiple of 8 bf16)") {
-    o.wmma_ldm_shift = 4;
-    CHECK_THAT(outcome(o), Contains("error") && Contains("not a multiple of 8"));
+  SECTION("ldmatrix row addresses 8 bytes off (not 16-byte aligned)") {
+    o.ldmatrix_address_shift = 8;
+    CHECK_THAT(outcome(o), Contains("error") && Contains("not 16-byte aligned"));
   }
 #if !defined(MEGACPP_EMULATION_ASAN)  // under ASan the bytes past the request are poisoned: it aborts at the write
   SECTION("the launch requests 256 bytes less dynamic shared memory than the kernel's plan") {

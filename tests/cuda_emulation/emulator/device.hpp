@@ -72,6 +72,22 @@ void warp_collective(const Collective& c);
 /// Checks `c`, then waits until every lane of the warp has issued it; the last lane runs complete.
 void warp_rendezvous(const Collective& c, const LaneOperands& operands, Completion complete);
 
+/// cp.async, per thread (PTX ISA, "cp.async", "cp.async.wait_group"): async_copy adds a copy to
+/// the calling thread's open group, async_commit closes the group, async_wait lands the oldest
+/// groups until at most `groups_in_flight` are left. A copy's bytes reach shared memory only when
+/// its group is waited for, so a read before the wait sees the old bytes, as it may on a GPU.
+struct AsyncCopy {
+  void* shared;
+  const void* global;
+  std::size_t bytes;
+};
+void async_copy(const AsyncCopy& copy);
+void async_commit();
+void async_wait(unsigned groups_in_flight);
+
+/// Whether p lies in an arena of dynamic shared memory (ldmatrix and cp.async take shared addresses).
+bool in_shared_memory(const void* p);
+
 /// Dynamic shared memory of the running block: [base, base + requested) is the kernel's.
 /// Returns false if [p, p + bytes) starts in an arena of dynamic shared memory but runs past the
 /// bytes the launch requested (WMMA accesses are checked against it; any other write past it is

@@ -26,6 +26,8 @@ struct Options {
   unsigned skip_syncwarp_line = 0;  // every __syncwarp on this line (of any file) is a no-op, in every lane
   std::size_t wmma_pointer_shift = 0;  // bytes added to the pointer of every WMMA load
   unsigned wmma_ldm_shift = 0;         // elements added to the ldm of every WMMA load
+  std::size_t ldmatrix_address_shift = 0;  // bytes added to the row address of every ldmatrix
+  int ldmatrix_fault_lane = -1;            // ... in this lane only (-1: every lane)
   bool bf16_truncate = false;          // __float2bfloat16_rn truncates instead of rounding to nearest even
 };
 

@@ -14,6 +14,7 @@
 // __syncwarp/__syncthreads, and a missing one tends to show as a wrong or NaN result.
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -50,6 +51,9 @@ struct Thread {
   std::uint64_t collectives = 0;  // warp collectives issued so far
   long barriers = 0, syncwarps = 0;
   Fiber* fiber = nullptr;
+  // cp.async: the copies of the open group, then the committed groups in flight, oldest first.
+  std::vector<AsyncCopy> open_copies;
+  std::deque<std::vector<AsyncCopy>> copy_groups;
 };
 
 struct Warp {
@@ -338,6 +342,29 @@ void warp_rendezvous(const Collective& c, const LaneOperands& operands, Completi
   w.log.clear();
   w.log_base = t.collectives;
   for (unsigned l = 0; l < kWarpSize; ++l) block.threads[w.first + l].wait = Wait::none;
+}
+
+void async_copy(const AsyncCopy& copy) { current().open_copies.push_back(copy); }
+
+void async_commit() {
+  Thread& t = current();
+  t.copy_groups.push_back(std::move(t.open_copies));
+  t.open_copies.clear();
+}
+
+void async_wait(unsigned groups_in_flight) {
+  Thread& t = current();
+  while (t.copy_groups.size() > groups_in_flight) {
+    for (const AsyncCopy& c : t.copy_groups.front()) std::memcpy(c.shared, c.global, c.bytes);
+    t.copy_groups.pop_front();
+  }
+}
+
+bool in_shared_memory(const void* p) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  for (const SharedArena* a = shared_arenas(); a->name; ++a)
+    if (c >= a->data && c < a->data + a->bytes) return true;
+  return false;
 }
 
 bool within_requested_shared(const void* p, std::size_t bytes) {

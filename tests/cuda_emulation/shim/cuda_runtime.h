@@ -38,6 +38,9 @@ struct __attribute__((aligned(16))) float4 {
 struct __attribute__((aligned(8))) float2 {
   float x, y;
 };
+struct __attribute__((aligned(16))) uint4 {
+  unsigned x, y, z, w;
+};
 
 // ---- synchronization and warp intrinsics --------------------------------------------------------
 

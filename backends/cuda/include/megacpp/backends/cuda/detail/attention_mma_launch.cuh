@@ -63,6 +63,22 @@ void prepare_launch(Kernel kernel, const char* name, std::size_t shared, unsigne
   allow_shared_memory(kernel, shared);
 }
 
+// The bf16 copy of a (batch, seq, heads, dim) float tensor the kernels read, for one call: rows
+// of bf16_row_width(dim), zero columns past dim (attention_mma_tiles.cuh, stage_rows).
+class Bf16Rows {
+ public:
+  Bf16Rows(const float* src, index_t rows, index_t dim)
+      : width_(bf16_row_width(dim)), copy_(static_cast<std::size_t>(rows * width_)) {
+    to_bf16_rows_kernel<<<grid_for(rows * width_), kThreads, 0, kStream>>>(rows, dim, width_, src, copy_.get());
+    MEGACPP_CUDA_CHECK_LAUNCH(to_bf16_rows_kernel);
+  }
+  const nv_bf16* get() const { return copy_.get(); }
+
+ private:
+  index_t width_;
+  DeviceBuffer<nv_bf16> copy_;
+};
+
 /// o, lse from q, k, v in bf16 on the tensor cores (padding tokens: o = 0, lse = -inf).
 template <class B>
 AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
@@ -78,12 +94,13 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   const DeviceWork& work = device_work(docs, kTileRows);
   count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
   if (work.count() == 0) return stats;
-  const bool vec = can_load_float4(p.head_dim, {a.q, a.k, a.v});
+  const index_t kv_rows = p.batch * p.seq * p.kv_heads, width = bf16_row_width(p.head_dim);
+  const Bf16Rows q(a.q, tokens * p.heads, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim);
   with_padded_dim(p.head_dim, [&]<int D>() {
     const std::size_t shared = forward_shared_bytes<D>();
     prepare_launch(forward_kernel<D>, "forward", shared, work.count(), p.heads);
     forward_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-        g, work.device.get(), a.q, a.k, a.v, a.o, a.lse, vec);
+        g, work.device.get(), width, q.get(), k.get(), v.get(), a.o, a.lse);
     MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
   });
   return stats;
@@ -108,13 +125,15 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   stats.products = MatmulPrecision::bf16;
   const DeviceWork& work = device_work(docs, kTileRows);  // query tiles and key tiles alike: 64 tokens
   if (work.count() == 0) return stats;
-  const bool vec = can_load_float4(p.head_dim, {a.q, a.k, a.v, a.grad_o});
+  const index_t kv_rows = p.batch * p.seq * p.kv_heads, width = bf16_row_width(p.head_dim);
+  const Bf16Rows q(a.q, rows, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim),
+      grad_o(a.grad_o, rows, p.head_dim);
   with_padded_dim(p.head_dim, [&]<int D>() {
     if (a.grad_k || a.grad_v) {
       const std::size_t shared = key_value_shared_bytes<D>();
       prepare_launch(key_value_grad_kernel<D>, "dK/dV", shared, work.count(), p.kv_heads);
       key_value_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.kv_heads)), kBlockThreads, shared, kStream>>>(
-          g, work.device.get(), a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_k, a.grad_v, vec);
+          g, work.device.get(), width, q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v);
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
     }
     if (a.grad_q) {
@@ -122,7 +141,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
       const std::size_t shared = query_shared_bytes<D>();
       prepare_launch(query_grad_kernel<D>, "dQ", shared, work.count(), p.heads);
       query_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-          g, work.device.get(), a.q, a.k, a.v, a.grad_o, a.lse, drow, a.grad_q, vec);
+          g, work.device.get(), width, q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_q);
       MEGACPP_CUDA_CHECK_LAUNCH(query_grad_kernel);
     }
   });

@@ -1,45 +1,43 @@
 // CUDA backend: the building blocks of the bf16 tensor-core attention (kernels in
-// detail/attention_mma.cuh): its tile sizes, the shared-memory matrices and each kernel's plan of
-// them, the staging of fp32 rows as bf16 tiles, and the one product helper every product uses.
+// detail/attention_mma.cuh): its tile sizes, the shared-memory tiles and each kernel's plan of
+// them, the staging of fp32 rows as bf16 tiles, and the warp products every kernel is made of.
 //
-// Products. strip_product: a warp's C (16 x N, accumulator fragments in registers) += op(A)
-// (16 x K, bf16, shared) op(B) (K x N, bf16, shared), WMMA bf16 16x16x16 fragments with fp32
-// accumulation; the fragment layouts (row_major, col_major) read a transposed operand in place.
-// Every product of the attention is one call:
-//   forward   S = Q K^T (A row, B col)          O += P V (A row, B row)
-//   dK/dV     S^T = K Q^T, dP^T = V dO^T (A row, B col);  dV += P^T dO, dK += dS^T Q (A row, B row)
-//   dQ        S = Q K^T, dP = dO V^T (A row, B col);      dQ += dS K (A row, B row)
+// Products (mma.sync m16n8k16, bf16 in, fp32 accumulation: detail/ptx.cuh). A warp owns a
+// 16-row strip of every product it computes: C (16 x N, accumulators in registers, N / 8 tiles of
+// 4 floats) += A (16 x K) B (K x N). A comes from a row-major shared tile (ldmatrix) or from
+// registers (P and dS, re-packed from the accumulators of S: the C fragment of two adjacent 8-column
+// tiles is the A fragment of their 16 columns); B from a row-major shared tile that holds either B
+// itself (rows are k: ldmatrix .trans) or B's transpose (rows are n). Every product of the attention:
+//   forward   S = Q K^T (K holds B^T)                  O += P V (V holds B)
+//   dK/dV     S^T = K Q^T, dP^T = V dO^T (B^T)          dV += P^T dO, dK += dS^T Q (B)
+//   dQ        S = Q K^T, dP = dO V^T (B^T)              dQ += dS K (B)
 //
-// WMMA's rules (CUDA C++ Programming Guide, "Warp Matrix Functions", wmma::load_matrix_sync): a
-// fragment's pointer 256-bit aligned, ldm a multiple of 8 elements for bf16 and 4 for float. Every
-// shared matrix here has 16k rows, columns a multiple of 16 and rows padded by 8 bf16 or 4 floats
-// (16 bytes): fragment pointers land on 32-byte boundaries, and consecutive rows start 4 banks
-// apart (no bank conflicts for the 8 rows of 16 bytes a fragment load reads at once). Regions are
-// multiples of 256 bytes, carved from a 128-byte aligned base (the kernels' extern __shared__).
+// Shared tiles are row-major bf16 with rows padded by 8 elements (16 bytes): every ldmatrix row
+// address is 16-byte aligned, and the 8 rows one 8 x 8 matrix reads start 4 banks apart (row
+// strides of 144 or 272 bytes), so they meet no bank conflict. Regions are multiples of 256 bytes,
+// carved from a 128-byte aligned base (the kernels' extern __shared__).
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
+#include "megacpp/backends/cuda/detail/ptx.cuh"
 
 namespace megacpp::cuda::flash::tensor_core {
 
-namespace wmma = nvcuda::wmma;
 using nv_bf16 = __nv_bfloat16;  // CUDA's bf16 (megacpp::bf16 is the host storage type of the same bits)
 
 inline constexpr int kWarps = 4;
 inline constexpr int kBlockThreads = kWarps * 32;
-inline constexpr int kFragment = 16;                 // WMMA bf16 m16n16k16
-inline constexpr int kTileRows = kWarps * kFragment;  // 64: a query tile (forward, dQ) or a key tile (dK/dV)
-inline constexpr int kKeyStep = 64;                   // keys staged per step (forward, dQ)
-inline constexpr int kQueryStep = 32;                 // queries staged per step (dK/dV)
+inline constexpr int kStripRows = 16;                 // a warp's rows of every product (mma m16)
+inline constexpr int kTileRows = kWarps * kStripRows;  // 64: a query tile (forward, dQ) or a key tile (dK/dV)
+inline constexpr int kKeyStep = 64;                    // keys staged per step (forward, dQ)
+inline constexpr int kQueryStep = 32;                  // queries staged per step (dK/dV)
 
 // Host side, shared by the launches (attention_mma_launch.cuh) and the host emulation of the
 // kernels (tests/cuda_emulation). Calls f.template operator()<D>() with the padded width D >= head_dim.
@@ -49,32 +47,13 @@ void with_padded_dim(index_t dim, F&& f) {
   else f.template operator()<128>();
 }
 
-// float4 loads need every row 16-byte aligned: dim % 4 == 0 and 16-byte aligned tensors.
-inline bool can_load_float4(index_t dim, std::initializer_list<const float*> tensors) {
-  if (dim % 4 != 0) return false;
-  for (const float* t : tensors)
-    if (reinterpret_cast<std::uintptr_t>(t) % 16 != 0) return false;
-  return true;
-}
-
-using Accumulator = wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float>;
-template <class Layout>
-using OperandA = wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, nv_bf16, Layout>;
-template <class Layout>
-using OperandB = wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, nv_bf16, Layout>;
-
-// A (Rows, Cols) row-major matrix of E in shared memory, rows padded by 16 bytes (see the top).
-template <class E, int Rows, int Cols>
-struct SharedMatrix {
-  static_assert(Rows % kFragment == 0 && Cols % kFragment == 0, "megacpp_mma_tile: fragments are 16 x 16");
-  static constexpr int kLd = Cols + 16 / static_cast<int>(sizeof(E));  // +8 bf16 or +4 float
-  static constexpr std::size_t kBytes = sizeof(E) * Rows * kLd;
-  static_assert(kBytes % 256 == 0, "megacpp_mma_tile_alignment: regions must keep fragment pointers 32-byte aligned");
+// A (Rows, Cols) row-major bf16 tile in shared memory, rows padded by 16 bytes (see the top).
+template <int Rows, int Cols>
+struct Bf16Tile {
+  static_assert(Rows % kStripRows == 0 && Cols % kStripRows == 0, "megacpp_mma_tile: tiles are whole 16 x 16 blocks");
+  static constexpr int kLd = Cols + 8;
+  static constexpr std::size_t kBytes = sizeof(nv_bf16) * Rows * kLd;
 };
-template <int Rows, int Cols>
-using Bf16Tile = SharedMatrix<nv_bf16, Rows, Cols>;
-template <int Rows, int Cols>
-using FloatTile = SharedMatrix<float, Rows, Cols>;
 
 // Hands out consecutive 256-byte aligned regions of a block's shared memory. The host builds the
 // same plan from a null base for its size (integer arithmetic, the pointers never dereferenced).
@@ -89,177 +68,233 @@ struct SharedCarver {
   }
 };
 
-// ---- the one product helper ---------------------------------------------------------------------
+// ---- the warp products ----------------------------------------------------------------------------
 
-// The calling warp's C (16 x N) += op(A) (16 x K) op(B) (K x N). A row_major: A(i, k) = a[i * lda + k];
-// col_major: A(i, k) = a[i + k * lda]; B row_major: B(k, j) = b[k * ldb + j]; col_major: b[k + j * ldb].
-// c holds C's N / 16 fragments in registers; every lane of the warp calls it with the same arguments.
-template <int N, int K, class LayoutA, class LayoutB>
-__device__ inline void strip_product(Accumulator (&c)[N / kFragment], const nv_bf16* a, int lda, const nv_bf16* b,
-                                     int ldb) {
-  static_assert(N % kFragment == 0 && K % kFragment == 0, "megacpp_mma_strip: N and K are multiples of 16");
-  constexpr bool a_rows = std::is_same_v<LayoutA, wmma::row_major>, b_rows = std::is_same_v<LayoutB, wmma::row_major>;
+// A warp's accumulators of a 16 x N strip: tile n holds columns [8n, 8n + 8) (ptx.cuh's C layout).
+template <int N>
+using Strip = float[N / 8][4];
+// A 16 x K strip of bf16 as A fragments: fragment f holds columns [16f, 16f + 16).
+template <int K>
+using OperandStrip = std::uint32_t[K / 16][4];
+
+// This thread's place in a warp's C fragments: rows g and g + 8 of the strip, columns 2t, 2t + 1 of each tile.
+struct FragmentPlace {
+  int g, t;
+  __device__ FragmentPlace() : g(static_cast<int>(threadIdx.x % 32 / 4)), t(static_cast<int>(threadIdx.x % 4)) {}
+};
+
+template <int N>
+__device__ inline void zero(Strip<N>& c) {
 #pragma unroll
-  for (int k0 = 0; k0 < K; k0 += kFragment) {
-    OperandA<LayoutA> fa;
-    wmma::load_matrix_sync(fa, a + (a_rows ? k0 : k0 * lda), lda);
+  for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-    for (int n = 0; n < N / kFragment; ++n) {
-      OperandB<LayoutB> fb;
-      wmma::load_matrix_sync(fb, b + (b_rows ? k0 * ldb + n * kFragment : k0 + n * kFragment * ldb), ldb);
-      wmma::mma_sync(c[n], fa, fb, c[n]);
-    }
+    for (int e = 0; e < 4; ++e) c[n][e] = 0.0f;
+}
+
+__device__ inline std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low 16 bits
+  return *reinterpret_cast<const std::uint32_t*>(&pair);
+}
+
+// The A fragments of a C strip rounded to bf16 (P from S, dS from dP): columns [16f, 16f + 16) are
+// tiles 2f and 2f + 1, rows g and g + 8 (the layouts of ptx.cuh line up).
+template <int K>
+__device__ inline void to_operand(OperandStrip<K>& a, const Strip<K>& c) {
+#pragma unroll
+  for (int f = 0; f < K / 16; ++f) {
+    a[f][0] = pack_bf16(c[2 * f][0], c[2 * f][1]);
+    a[f][1] = pack_bf16(c[2 * f][2], c[2 * f][3]);
+    a[f][2] = pack_bf16(c[2 * f + 1][0], c[2 * f + 1][1]);
+    a[f][3] = pack_bf16(c[2 * f + 1][2], c[2 * f + 1][3]);
   }
 }
 
-template <int N>
-__device__ inline void zero_strip(Accumulator (&c)[N / kFragment]) {
-#pragma unroll
-  for (int n = 0; n < N / kFragment; ++n) wmma::fill_fragment(c[n], 0.0f);
+// Which shared tile holds B: B itself (its rows are k, read transposed) or B's transpose (rows are n).
+enum class BTile { rows_are_k, rows_are_n };
+
+// The B fragments of columns [n0, n0 + 16) and rows [k0, k0 + 16) of B: b[0..1] for tile n0 / 8,
+// b[2..3] for the next (ldmatrix.x4; lanes 8i..8i+7 address matrix i's rows, ptx.cuh).
+template <BTile Kind>
+__device__ inline void load_b(std::uint32_t (&b)[4], const nv_bf16* tile, int ld, int k0, int n0) {
+  const int lane = static_cast<int>(threadIdx.x % 32), row = lane % 8, matrix = lane / 8;
+  if constexpr (Kind == BTile::rows_are_k)  // matrices (k, n): (0-7, 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
+    ptx::ldmatrix_x4_trans(b, tile + (k0 + row + 8 * (matrix % 2)) * ld + n0 + 8 * (matrix / 2));
+  else  // matrices (n, k): (0-7, 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15)
+    ptx::ldmatrix_x4(b, tile + (n0 + row + 8 * (matrix / 2)) * ld + k0 + 8 * (matrix % 2));
 }
-// A warp's 16 x N fp32 strip to/from shared memory (row-major, leading dimension ld).
-template <int N>
-__device__ inline void store_strip(float* dst, int ld, const Accumulator (&c)[N / kFragment]) {
-#pragma unroll
-  for (int n = 0; n < N / kFragment; ++n) wmma::store_matrix_sync(dst + n * kFragment, c[n], ld, wmma::mem_row_major);
+
+// The A fragment of rows [0, 16) and columns [k0, k0 + 16) of a strip of a row-major tile.
+__device__ inline void load_a(std::uint32_t (&a)[4], const nv_bf16* strip, int ld, int k0) {
+  const int lane = static_cast<int>(threadIdx.x % 32), row = lane % 8, matrix = lane / 8;
+  // matrices (row, column): (0-7, 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15): a[0..3]
+  ptx::ldmatrix_x4(a, strip + (row + 8 * (matrix % 2)) * ld + k0 + 8 * (matrix / 2));
 }
-template <int N>
-__device__ inline void load_strip(Accumulator (&c)[N / kFragment], const float* src, int ld) {
+
+// One 16-deep slice of the product: c += A(:, k0..k0+16) B(k0..k0+16, :), A given as a fragment.
+template <int N, BTile Kind>
+__device__ inline void product_slice(Strip<N>& c, const std::uint32_t (&a)[4], const nv_bf16* b, int ldb, int k0) {
+  static_assert(N % 16 == 0, "megacpp_mma_strip: N is a multiple of 16");
 #pragma unroll
-  for (int n = 0; n < N / kFragment; ++n) wmma::load_matrix_sync(c[n], src + n * kFragment, ld, wmma::mem_row_major);
+  for (int n0 = 0; n0 < N; n0 += 16) {
+    std::uint32_t f[4];
+    load_b<Kind>(f, b, ldb, k0, n0);
+    const std::uint32_t lo[2] = {f[0], f[1]}, hi[2] = {f[2], f[3]};
+    ptx::mma_bf16_16x8x16(c[n0 / 8], a, lo);
+    ptx::mma_bf16_16x8x16(c[n0 / 8 + 1], a, hi);
+  }
+}
+
+// The calling warp's C (16 x N) += A (16 x K, the strip of a row-major shared tile at `a`) B (K x N).
+template <int N, int K, BTile Kind>
+__device__ inline void strip_product(Strip<N>& c, const nv_bf16* a, int lda, const nv_bf16* b, int ldb) {
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    std::uint32_t f[4];
+    load_a(f, a, lda, k0);
+    product_slice<N, Kind>(c, f, b, ldb, k0);
+  }
+}
+
+// The same with A in registers (P or dS).
+template <int N, int K, BTile Kind>
+__device__ inline void strip_product(Strip<N>& c, const OperandStrip<K>& a, const nv_bf16* b, int ldb) {
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 16) product_slice<N, Kind>(c, a[k0 / 16], b, ldb, k0);
 }
 
 // ---- staging ------------------------------------------------------------------------------------
 
-// Rounds rows [first, first + count) of head `head` of a (batch, seq, n_heads, dim) fp32 tensor
-// (document row b, positions from `start`) to bf16 into a (Rows, D) shared tile of leading
-// dimension ld. Rows count.. and columns dim.. are zero: they enter the products and must add
-// nothing (and shared memory may hold NaN bits). vector_loads: dim % 4 == 0 and the tensor 16-byte
-// aligned, so a row's 4 floats at e (a multiple of 4) are one float4.
+// The kernels read bf16 copies of q, k, v and dO (round to nearest even, made by
+// to_bf16_rows_kernel before the launch): a (batch, seq, n_heads, width) tensor, width = head_dim
+// rounded up to 8 with zero columns, so every row is whole 16-byte pieces that cp.async copies.
+inline constexpr index_t kRowAlign = 8;
+__host__ __device__ constexpr index_t bf16_row_width(index_t dim) { return (dim + kRowAlign - 1) / kRowAlign * kRowAlign; }
+
+// Starts copying rows [first, first + count) of head `head` of a (batch, seq, n_heads, width)
+// bf16 tensor (document row b, positions from `start`) into a (Rows, D) shared tile of leading
+// dimension ld (cp.async: the caller commits, waits and syncs). Rows count.. and columns width..
+// are zeroed by plain stores: they enter the products and must add nothing (and shared memory may
+// hold NaN bits).
 template <int Rows, int D>
-__device__ inline void stage_bf16(nv_bf16* tile, int ld, const float* src, index_t b, index_t start, index_t first,
-                                  int count, index_t seq, index_t n_heads, index_t head, index_t dim, bool vector_loads) {
-  for (int idx = threadIdx.x; idx < Rows * D / 4; idx += kBlockThreads) {
-    const int r = idx / (D / 4), e = idx % (D / 4) * 4;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (r < count) {
-      const float* row = src + ((b * seq + start + first + r) * n_heads + head) * dim;
-      if (vector_loads && e < dim) {
-        const float4 f = *reinterpret_cast<const float4*>(row + e);
-        x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
-      } else {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) x[c] = e + c < dim ? row[e + c] : 0.0f;
-      }
-    }
-    *reinterpret_cast<__nv_bfloat162*>(tile + r * ld + e) = __floats2bfloat162_rn(x[0], x[1]);
-    *reinterpret_cast<__nv_bfloat162*>(tile + r * ld + e + 2) = __floats2bfloat162_rn(x[2], x[3]);
+__device__ inline void stage_rows(nv_bf16* tile, int ld, const nv_bf16* src, index_t b, index_t start, index_t first,
+                                  int count, index_t seq, index_t n_heads, index_t head, index_t width) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < Rows * D / 8; idx += kBlockThreads) {
+    const int r = idx / (D / 8), e = idx % (D / 8) * 8;
+    nv_bf16* to = tile + r * ld + e;
+    if (r < count && e < width)
+      ptx::cp_async_16(to, src + ((b * seq + start + first + r) * n_heads + head) * width + e);
+    else
+      *reinterpret_cast<uint4*>(to) = uint4{0u, 0u, 0u, 0u};
   }
 }
 
-// Copies the per-(token, head) values of rows [first, first + count) (lse or D) into row_values,
-// 0 beyond count (those rows are masked).
+// Starts copying the per-(token, head) values of rows [first, first + count) (lse or D) into
+// row_values; 0 beyond count (those rows are masked).
 template <int Rows>
 __device__ inline void stage_row_values(float* row_values, const float* src, index_t b, index_t start, index_t first,
                                         int count, index_t seq, index_t n_heads, index_t head) {
-  for (int r = threadIdx.x; r < Rows; r += kBlockThreads)
-    row_values[r] = r < count ? src[(b * seq + start + first + r) * n_heads + head] : 0.0f;
+  for (int r = static_cast<int>(threadIdx.x); r < Rows; r += kBlockThreads) {
+    if (r < count) ptx::cp_async_4(row_values + r, src + (b * seq + start + first + r) * n_heads + head);
+    else row_values[r] = 0.0f;
+  }
 }
 
-// Adds factor * (a warp's 16 x dim strip, fp32 in shared memory) into rows [first, first + count)
-// of head `head` of a (batch, seq, n_heads, dim) tensor; rows at or beyond `count` are skipped.
-__device__ inline void add_strip(float* dst, const float* strip, int ld, index_t b, index_t start, index_t first, int count,
+// Adds factor * (a warp's 16 x D accumulator strip) into rows [first, first + count) of head `head`
+// of a (batch, seq, n_heads, dim) tensor, straight from the registers: rows at or beyond `count`,
+// and the padding columns at or beyond dim, are skipped. Each element has one writer.
+template <int D>
+__device__ inline void add_strip(float* dst, const Strip<D>& c, index_t b, index_t start, index_t first, int count,
                                  index_t seq, index_t n_heads, index_t head, index_t dim, float factor) {
-  const int lane = threadIdx.x % 32;
-  for (index_t idx = lane; idx < kFragment * dim; idx += 32) {
-    const int r = static_cast<int>(idx / dim), e = static_cast<int>(idx % dim);
-    if (r < count) dst[((b * seq + start + first + r) * n_heads + head) * dim + e] += factor * strip[r * ld + e];
+  const FragmentPlace at;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = at.g + 8 * half;
+    if (row >= count) continue;
+    float* out = dst + ((b * seq + start + first + row) * n_heads + head) * dim;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int col = 8 * n + 2 * at.t;
+      if (col < dim) out[col] += factor * c[n][2 * half];
+      if (col + 1 < dim) out[col + 1] += factor * c[n][2 * half + 1];
+    }
   }
 }
 
 // ---- the shared-memory plans of the three kernels (host and device) ----------------------------
+// Tiles that change every step come twice: step s computes on copy s % 2 while step s + 1's
+// tiles are copied into the other. (A pair and a select, not an array indexed by s % 2, which
+// nvcc would keep in local memory.)
+template <class E>
+struct TwoCopies {
+  E *first, *second;
+  __host__ __device__ E* operator[](index_t copy) const { return copy % 2 ? second : first; }
+};
 
-// Forward: Q (64, D), K and V (64 keys, D) bf16; S (64, 64) fp32; P (64, 64) bf16; O (64, D) fp32;
-// 1 / l per row.
+// Forward: Q (64, D); each step's K and V (64 keys, D); bf16.
 template <int D>
 struct ForwardShared {
-  nv_bf16 *q, *k, *v, *p;
-  float *s, *o, *inv_l;
+  nv_bf16* q;
+  TwoCopies<nv_bf16> k, v;
   std::size_t bytes;
   __host__ __device__ explicit ForwardShared(unsigned char* base) {
     SharedCarver c{reinterpret_cast<std::uintptr_t>(base)};
     q = c.take<nv_bf16>(Bf16Tile<kTileRows, D>::kBytes);
-    k = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
-    v = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
-    s = c.take<float>(FloatTile<kTileRows, kKeyStep>::kBytes);
-    p = c.take<nv_bf16>(Bf16Tile<kTileRows, kKeyStep>::kBytes);
-    o = c.take<float>(FloatTile<kTileRows, D>::kBytes);
-    inv_l = c.take<float>(kTileRows * sizeof(float));
+    for (nv_bf16** copy : {&k.first, &k.second, &v.first, &v.second}) *copy = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
     bytes = c.used;
   }
 };
 
-// dK/dV: K and V (64 keys, D) bf16; a step's Q and dO (32 queries, D) bf16; S^T, dP^T (64, 32)
-// fp32; P^T, dS^T (64, 32) bf16; the step's LSE and D. At the end, each warp's dK or dV strip
-// (16, D) fp32 over the start of the region (the tiles are done by then).
+// dK/dV: K and V (64 keys, D) bf16; each step's Q and dO (32 queries, D) bf16, its LSE and D.
 template <int D>
 struct KeyValueShared {
-  nv_bf16 *k, *v, *q, *grad_o, *pt, *dst;
-  float *st, *dpt, *lse, *drow;
+  nv_bf16 *k, *v;
+  TwoCopies<nv_bf16> q, grad_o;
+  TwoCopies<float> lse, drow;
   std::size_t bytes;
   __host__ __device__ explicit KeyValueShared(unsigned char* base) {
     SharedCarver c{reinterpret_cast<std::uintptr_t>(base)};
     k = c.take<nv_bf16>(Bf16Tile<kTileRows, D>::kBytes);
     v = c.take<nv_bf16>(Bf16Tile<kTileRows, D>::kBytes);
-    q = c.take<nv_bf16>(Bf16Tile<kQueryStep, D>::kBytes);
-    grad_o = c.take<nv_bf16>(Bf16Tile<kQueryStep, D>::kBytes);
-    st = c.take<float>(FloatTile<kTileRows, kQueryStep>::kBytes);
-    dpt = c.take<float>(FloatTile<kTileRows, kQueryStep>::kBytes);
-    pt = c.take<nv_bf16>(Bf16Tile<kTileRows, kQueryStep>::kBytes);
-    dst = c.take<nv_bf16>(Bf16Tile<kTileRows, kQueryStep>::kBytes);
-    lse = c.take<float>(kQueryStep * sizeof(float));
-    drow = c.take<float>(kQueryStep * sizeof(float));
+    for (nv_bf16** copy : {&q.first, &q.second, &grad_o.first, &grad_o.second})
+      *copy = c.take<nv_bf16>(Bf16Tile<kQueryStep, D>::kBytes);
+    for (float** copy : {&lse.first, &lse.second, &drow.first, &drow.second}) *copy = c.take<float>(kQueryStep * sizeof(float));
     bytes = c.used;
   }
 };
 
-// dQ: Q and dO (64, D) bf16; K and V (64 keys, D) bf16; S, dP (64, 64) fp32; dS (64, 64) bf16;
-// the tile's LSE and D. At the end, each warp's dQ strip (16, D) fp32 over the start of the region.
+// dQ: Q and dO (64, D) bf16, the tile's LSE and D; each step's K and V (64 keys, D) bf16.
 template <int D>
 struct QueryShared {
-  nv_bf16 *q, *grad_o, *k, *v, *ds;
-  float *s, *dp, *lse, *drow;
+  nv_bf16 *q, *grad_o;
+  TwoCopies<nv_bf16> k, v;
+  float *lse, *drow;
   std::size_t bytes;
   __host__ __device__ explicit QueryShared(unsigned char* base) {
     SharedCarver c{reinterpret_cast<std::uintptr_t>(base)};
     q = c.take<nv_bf16>(Bf16Tile<kTileRows, D>::kBytes);
     grad_o = c.take<nv_bf16>(Bf16Tile<kTileRows, D>::kBytes);
-    k = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
-    v = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
-    s = c.take<float>(FloatTile<kTileRows, kKeyStep>::kBytes);
-    dp = c.take<float>(FloatTile<kTileRows, kKeyStep>::kBytes);
-    ds = c.take<nv_bf16>(Bf16Tile<kTileRows, kKeyStep>::kBytes);
     lse = c.take<float>(kTileRows * sizeof(float));
     drow = c.take<float>(kTileRows * sizeof(float));
+    for (nv_bf16** copy : {&k.first, &k.second, &v.first, &v.second}) *copy = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
     bytes = c.used;
   }
 };
 
-// The end-of-block gradient strips (kWarps x (16, D) fp32) fit in the region they reuse.
-template <int D>
-inline constexpr std::size_t kGradientStripsBytes = kWarps * FloatTile<kFragment, D>::kBytes;
-
-// The key tiles a query tile sees, each trimmed to computed_keys (the fp32 kernel's walk, with
-// kKeyStep keys per tile): calls body(first key, key count) for each, in order. Every thread of
-// the block calls it (the body stages shared tiles).
-template <class Body>
-__device__ inline void for_each_key_step(index_t qs, index_t qe, index_t len, index_t window, Body&& body) {
-  const attention::TileRange kr = attention::key_tiles_for_queries(qs, qe, kKeyStep, window);
-  for (index_t kt = kr.first; kt < kr.last; ++kt) {
+// The key steps of a query tile [qs, qe) of a document of length len: the key tiles it sees
+// (kKeyStep keys each), each trimmed to computed_keys (the fp32 kernel's walk). Step s covers
+// keys [first(s), first(s) + count(s)).
+struct KeySteps {
+  index_t qs, qe, len, window;
+  attention::TileRange tiles;
+  __device__ KeySteps(index_t q_start, index_t q_end, index_t length, index_t w)
+      : qs(q_start), qe(q_end), len(length), window(w),
+        tiles(attention::key_tiles_for_queries(q_start, q_end, kKeyStep, w)) {}
+  __device__ index_t size() const { return tiles.last - tiles.first; }
+  __device__ attention::TileRange keys(index_t s) const {
+    const index_t kt = tiles.first + s;
     const index_t tile_end = (kt + 1) * kKeyStep < len ? (kt + 1) * kKeyStep : len;
-    const attention::TileRange keys = attention::computed_keys(qs, qe, kt * kKeyStep, tile_end, window);
-    body(keys.first, static_cast<int>(keys.last - keys.first));
+    return attention::computed_keys(qs, qe, kt * kKeyStep, tile_end, window);
   }
-}
+};
 
 }  // namespace megacpp::cuda::flash::tensor_core
