@@ -14,6 +14,10 @@
 
 #define CUDART_VERSION 12000  // detail/check.cuh requires 12 or newer
 
+// __expf: the device's is ex2.approx(x log2 e), within 2 + 1.16 |x| ulp ("Intrinsic Functions");
+// host expf stands in for it, so the emulated P differs from a GPU's in the last bits only.
+inline float __expf(float x) { return ::expf(x); }
+
 // Execution spaces and qualifiers: host code here. __shared__: see emulator/shared_memory.hpp.
 #define __global__
 #define __device__

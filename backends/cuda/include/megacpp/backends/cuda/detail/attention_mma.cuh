@@ -70,6 +70,19 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xFFFFFFFFu, x, 2);
 }
 
+// exp on the SFU (ex2.approx of x log2 e, __expf): P is rounded to bf16 (8 bits) before any
+// product, and l and LSE take the same values forward and backward, so the last bits of expf
+// would buy nothing, for several instructions per score.
+__device__ inline float fast_exp(float x) { return __expf(x); }
+
+// Whether a step of a query-tile block needs no mask: a full tile of queries [qs, qe), kKeyStep
+// keys from first_key, and every pair visible (attention_tiling.hpp, tile_is_full). Rows past a
+// short tile's end would be harmless too (their zero q rows give finite scores that only reach
+// rows never written), but such steps are rare enough to take the masked path.
+__device__ inline bool whole_step(index_t qs, index_t qe, index_t first_key, int n, index_t window) {
+  return n == kKeyStep && qe - qs == kTileRows && attention::tile_is_full(qs, qe, first_key, first_key + n, window);
+}
+
 // Starts copying key step s of a query-tile block (forward, dQ) into copy s % 2 of the K and V
 // tiles of the kernel's shared plan `sh`, and commits the group. Every thread of the block calls it.
 template <int D, class Shared>
@@ -135,41 +148,47 @@ __global__ void __launch_bounds__(kBlockThreads)
                                                   KTile::kLd);
     // Online softmax of each row over this step's keys: scale, softcap, mask, then
     // m' = max(m, rowmax S), P = exp(S - m'), l = exp(m - m') l + rowsum P, O = exp(m - m') O.
+    // A whole step (a full tile of queries that all see all kKeyStep keys) needs no mask.
+    auto softmax = [&]<bool Masked>() {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const index_t i = qs + warp * kStripRows + at.g + 8 * half;
-      float step_max = minus_infinity<float>();
+      for (int half = 0; half < 2; ++half) {
+        const index_t i = qs + warp * kStripRows + at.g + 8 * half;
+        float step_max = minus_infinity<float>();
 #pragma unroll
-      for (int nt = 0; nt < kKeyStep / 8; ++nt)
+        for (int nt = 0; nt < kKeyStep / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * nt + 2 * at.t + e;
-          float t;
-          const float score = capped(g.scale * s[nt][2 * half + e], g.cap, t);
-          const bool seen = i < qe && col < n && attention::visible(i, first_key + col, g.window);
-          s[nt][2 * half + e] = seen ? score : minus_infinity<float>();
-          step_max = s[nt][2 * half + e] > step_max ? s[nt][2 * half + e] : step_max;
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * nt + 2 * at.t + e;
+            float t;
+            float& x = s[nt][2 * half + e];
+            x = capped(g.scale * x, g.cap, t);
+            if (Masked && !(i < qe && col < n && attention::visible(i, first_key + col, g.window)))
+              x = minus_infinity<float>();
+            step_max = x > step_max ? x : step_max;
+          }
+        step_max = quad_max(step_max);
+        const float m_new = m[half] > step_max ? m[half] : step_max;
+        const float alpha = m_new == minus_infinity<float>() ? 1.0f : fast_exp(m[half] - m_new);
+        float row_sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kKeyStep / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[nt][2 * half + e];
+            x = Masked && x == minus_infinity<float>() ? 0.0f : fast_exp(x - m_new);
+            row_sum += x;
+          }
+        l[half] = alpha * l[half] + row_sum;
+        m[half] = m_new;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          acc[nt][2 * half] *= alpha;
+          acc[nt][2 * half + 1] *= alpha;
         }
-      step_max = quad_max(step_max);
-      const float m_new = m[half] > step_max ? m[half] : step_max;
-      const float alpha = m_new == minus_infinity<float>() ? 1.0f : exp_of(m[half] - m_new);
-      float row_sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kKeyStep / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt][2 * half + e];
-          x = x == minus_infinity<float>() ? 0.0f : exp_of(x - m_new);
-          row_sum += x;
-        }
-      l[half] = alpha * l[half] + row_sum;
-      m[half] = m_new;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        acc[nt][2 * half] *= alpha;
-        acc[nt][2 * half + 1] *= alpha;
       }
-    }
+    };
+    if (whole_step(qs, qe, first_key, n, g.window)) softmax.template operator()<false>();
+    else softmax.template operator()<true>();
     OperandStrip<kKeyStep> p;
     to_operand<kKeyStep>(p, s);
     strip_product<D, kKeyStep, BTile::rows_are_k>(acc, p, sh.v[step], KTile::kLd);
@@ -212,7 +231,7 @@ __device__ inline void probability_and_grad(float& s, float& dp, bool seen, cons
                                             float row_d) {
   float t;
   const float score = capped(g.scale * s, g.cap, t);
-  const float p = seen ? exp_of(score - row_lse) : 0.0f;
+  const float p = seen ? fast_exp(score - row_lse) : 0.0f;
   dp = p * (dp - row_d) * (g.cap > 0.0f ? 1.0f - t * t : 1.0f);
   s = p;
 }
@@ -281,19 +300,27 @@ __global__ void __launch_bounds__(kBlockThreads)
     zero<kQueryStep>(dpt);
     strip_product<kQueryStep, D, BTile::rows_are_n>(st, k_strip, KTile::kLd, sh.q[step], QTile::kLd);
     strip_product<kQueryStep, D, BTile::rows_are_n>(dpt, v_strip, KTile::kLd, sh.grad_o[step], QTile::kLd);
-    // P^T(j, i) and dS^T(j, i) for key j (this thread's rows), query c0 + col.
+    // P^T(j, i) and dS^T(j, i) for key j (this thread's rows), query c0 + col; a whole step (a
+    // full key tile, kQueryStep queries that all see all its keys) needs no mask.
+    auto gradients = [&]<bool Masked>() {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const index_t j = ks + warp * kStripRows + at.g + 8 * half;
+      for (int half = 0; half < 2; ++half) {
+        const index_t j = ks + warp * kStripRows + at.g + 8 * half;
 #pragma unroll
-      for (int nt = 0; nt < kQueryStep / 8; ++nt)
+        for (int nt = 0; nt < kQueryStep / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * nt + 2 * at.t + e;
-          const bool seen = j < ke && col < n && attention::visible(c0 + col, j, g.window);
-          probability_and_grad(st[nt][2 * half + e], dpt[nt][2 * half + e], seen, g, sh.lse[step][col], sh.drow[step][col]);
-        }
-    }
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * nt + 2 * at.t + e;
+            const bool seen = !Masked || (j < ke && col < n && attention::visible(c0 + col, j, g.window));
+            probability_and_grad(st[nt][2 * half + e], dpt[nt][2 * half + e], seen, g, sh.lse[step][col],
+                                 sh.drow[step][col]);
+          }
+      }
+    };
+    if (n == kQueryStep && ke - ks == kTileRows && attention::tile_is_full(c0, c0 + n, ks, ke, g.window))
+      gradients.template operator()<false>();
+    else
+      gradients.template operator()<true>();
     OperandStrip<kQueryStep> pt, dst;
     to_operand<kQueryStep>(pt, st);
     to_operand<kQueryStep>(dst, dpt);
@@ -343,19 +370,23 @@ __global__ void __launch_bounds__(kBlockThreads)
     zero<kKeyStep>(dp);
     strip_product<kKeyStep, D, BTile::rows_are_n>(s, q_strip, QTile::kLd, sh.k[step], KTile::kLd);
     strip_product<kKeyStep, D, BTile::rows_are_n>(dp, grad_o_strip, QTile::kLd, sh.v[step], KTile::kLd);
+    auto gradients = [&]<bool Masked>() {  // a whole step needs no mask (whole_step)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp * kStripRows + at.g + 8 * half;
-      const index_t i = qs + row;
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * kStripRows + at.g + 8 * half;
+        const index_t i = qs + row;
 #pragma unroll
-      for (int nt = 0; nt < kKeyStep / 8; ++nt)
+        for (int nt = 0; nt < kKeyStep / 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * nt + 2 * at.t + e;
-          const bool seen = i < qe && col < n && attention::visible(i, first_key + col, g.window);
-          probability_and_grad(s[nt][2 * half + e], dp[nt][2 * half + e], seen, g, sh.lse[row], sh.drow[row]);
-        }
-    }
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * nt + 2 * at.t + e;
+            const bool seen = !Masked || (i < qe && col < n && attention::visible(i, first_key + col, g.window));
+            probability_and_grad(s[nt][2 * half + e], dp[nt][2 * half + e], seen, g, sh.lse[row], sh.drow[row]);
+          }
+      }
+    };
+    if (whole_step(qs, qe, first_key, n, g.window)) gradients.template operator()<false>();
+    else gradients.template operator()<true>();
     OperandStrip<kKeyStep> ds;
     to_operand<kKeyStep>(ds, dp);
     strip_product<D, kKeyStep, BTile::rows_are_k>(dq, ds, sh.k[step], KTile::kLd);
