@@ -45,7 +45,7 @@ namespace {
 std::vector<__nv_bfloat16> bf16_rows(const std::vector<float>& src, index_t dim) {
   const index_t rows = static_cast<index_t>(src.size()) / dim, width = tc::bf16_row_width(dim);
   std::vector<__nv_bfloat16> copy(static_cast<std::size_t>(rows * width));
-  launch(tc::to_bf16_rows_kernel, {dim3(cuda::grid_for(rows * width)), dim3(cuda::kThreads), 0}, rows, dim, width,
+  launch(tc::to_bf16_rows_kernel<float>, {dim3(cuda::grid_for(rows * width)), dim3(cuda::kThreads), 0}, rows, dim, width,
          src.data(), copy.data());
   return copy;
 }
@@ -68,7 +68,7 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
     });
   const index_t rows = p.batch * p.seq * p.heads;
   std::vector<float> drow(static_cast<std::size_t>(rows));
-  launch(tc::rounded_output_dot_kernel<float>, {dim3(cuda::grid_for(rows)), dim3(cuda::kThreads), 0}, rows, p.dim,
+  launch(tc::rounded_output_dot_kernel<float>, {dim3(cuda::grid_for(rows * 32)), dim3(cuda::kThreads), 0}, rows, p.dim,
          r.o.data(), raw.grad_o.data(), drow.data());
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {

@@ -1,12 +1,13 @@
 // tests/cuda_emulation/test_emulator.cpp: the emulator itself, on small kernels written here: bf16
-// rounding bit for bit, WMMA products in every layout, shuffles, barriers, per-block shared
-// memory; and each rule it enforces, broken on purpose, reported as an EmulationError (never a
-// hang, never a silent pass).
+// rounding bit for bit, the tensor-core products of attention_mma_tiles.cuh (cp.async, ldmatrix,
+// mma.sync) in both operand layouts, cp.async landing at the wait (the raw PTX wrappers' element
+// placement and rules: test_ptx.cpp), shuffles, barriers, per-block
+// shared memory; and each rule it enforces, broken on purpose, reported as an EmulationError
+// (never a hang, never a silent pass).
 #include <catch2/catch.hpp>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <cmath>
 #include <cstring>
@@ -19,9 +20,12 @@
 #include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/random.hpp"
 
+#define MEGACPP_CUDA_BACKEND_INTERNAL  // as device_code.hpp: the product helpers under test
+#include "megacpp/backends/cuda/detail/attention_mma_tiles.cuh"
+#undef MEGACPP_CUDA_BACKEND_INTERNAL
+
 using Catch::Matchers::Contains;
 namespace emu = megacpp::cuda_emulation;
-namespace wmma = nvcuda::wmma;
 
 // Test kernels that use dynamic shared memory name it as the bf16 attention does, so that it is
 // the emulator's array of that name (emulator/shared_memory.hpp).
@@ -42,56 +46,81 @@ static void neighbour_kernel(float* out, bool barrier) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
 }
 
+using Bf16 = __nv_bfloat16;
+
+// One warp: C (16 x 16, row-major in c) += A (16 x 32) B (32 x 16) by strip_product, the operands
+// copied into shared memory by cp.async from row-major a (16 x 32) and b (B itself, 32 x 16, when
+// Kind is rows_are_k; B's transpose, 16 x 32, when rows_are_n).
+template <BTile Kind>
+static void strip_product_kernel(const Bf16* a, const Bf16* b, float* c) {
+  extern __shared__ __align__(128) unsigned char tile_memory[];
+  using ATile = Bf16Tile<16, 32>;
+  constexpr int kBRows = Kind == BTile::rows_are_k ? 32 : 16, kBCols = 512 / kBRows;
+  using BTileShape = Bf16Tile<kBRows, kBCols>;
+  Bf16* sa = reinterpret_cast<Bf16*>(tile_memory);
+  Bf16* sb = sa + ATile::kBytes / sizeof(Bf16);
+  for (int piece = static_cast<int>(threadIdx.x); piece < 64; piece += 32) {  // 16-byte pieces: 4 a row, 2 or 4 b
+    ptx::cp_async_16(sa + piece / 4 * ATile::kLd + piece % 4 * 8, a + piece * 8);
+    const int per_row = kBCols / 8;
+    ptx::cp_async_16(sb + piece / per_row * BTileShape::kLd + piece % per_row * 8, b + piece * 8);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+  const FragmentPlace at;
+  Strip<16> acc;
+  for (int n = 0; n < 2; ++n)
+    for (int e = 0; e < 4; ++e) acc[n][e] = c[(at.g + 8 * (e / 2)) * 16 + 8 * n + 2 * at.t + e % 2];
+  strip_product<16, 32, Kind>(acc, sa, ATile::kLd, sb, BTileShape::kLd);
+  for (int n = 0; n < 2; ++n)
+    for (int e = 0; e < 4; ++e) c[(at.g + 8 * (e / 2)) * 16 + 8 * n + 2 * at.t + e % 2] = acc[n][e];
+}
+
+// Copies 16 bytes into shared memory by cp.async and reads them back before (`wait` false) or after the wait.
+static void async_copy_kernel(const float* src, float* out, bool wait) {
+  extern __shared__ __align__(128) unsigned char tile_memory[];
+  float* slot = reinterpret_cast<float*>(tile_memory);
+  if (threadIdx.x == 0) ptx::cp_async_16(slot, src);
+  ptx::cp_async_commit();
+  if (wait) ptx::cp_async_wait<0>();
+  if (threadIdx.x == 0) out[0] = slot[0];
+  ptx::cp_async_wait<0>();
+}
+
+static void async_copy_past(unsigned offset, const float* src) {
+  extern __shared__ __align__(128) unsigned char tile_memory[];
+  ptx::cp_async_16(tile_memory + offset, src);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+}
+
 }  // namespace megacpp::cuda::flash::tensor_core
 
 namespace {
 
 using Bf16 = __nv_bfloat16;
 
-template <class LayoutA, class LayoutB>
-void product_kernel(const Bf16* a, unsigned lda, const Bf16* b, unsigned ldb, float* c, unsigned ldc) {
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, LayoutA> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, Bf16, LayoutB> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-  wmma::load_matrix_sync(fa, a, lda);
-  wmma::load_matrix_sync(fb, b, ldb);
-  wmma::load_matrix_sync(fc, c, ldc, wmma::mem_row_major);
-  wmma::mma_sync(fc, fa, fb, fc);
-  wmma::store_matrix_sync(c, fc, ldc, wmma::mem_row_major);
-}
-
-struct alignas(32) Operands {
-  Bf16 a[16 * 24], b[16 * 24];
-  float c[16 * 20];
-};
-
-// c = a b + c by one warp, and the double-precision product of the same bf16 values.
-template <class LayoutA, class LayoutB>
-void check_product(unsigned mapping) {
-  constexpr bool a_rows = std::is_same_v<LayoutA, wmma::row_major>, b_rows = std::is_same_v<LayoutB, wmma::row_major>;
+// C += A B by strip_product (one warp) against the exact product: small integers, so every sum is exact.
+template <megacpp::cuda::flash::tensor_core::BTile Kind>
+void check_strip_product() {
+  namespace tc = megacpp::cuda::flash::tensor_core;
   megacpp::Rng rng(7);
-  Operands m{};
-  for (Bf16& x : m.a) x = __float2bfloat16_rn(static_cast<float>(rng.normal()));
-  for (Bf16& x : m.b) x = __float2bfloat16_rn(static_cast<float>(rng.normal()));
-  for (float& x : m.c) x = static_cast<float>(rng.normal());
-  const Operands before = m;
-  std::vector<double> want(256);
+  auto small = [&] { return static_cast<float>(static_cast<int>(rng.below(9)) - 4); };
+  std::vector<Bf16> a(16 * 32), b(32 * 16);
+  std::vector<float> c(16 * 16);
+  for (Bf16& x : a) x = __float2bfloat16_rn(small());
+  for (Bf16& x : b) x = __float2bfloat16_rn(small());
+  for (float& x : c) x = small();
+  auto b_at = [&](unsigned k, unsigned n) {  // B(k, n) as b stores it
+    return __bfloat162float(Kind == tc::BTile::rows_are_k ? b[k * 16 + n] : b[n * 32 + k]);
+  };
+  std::vector<float> want = c;
   for (unsigned i = 0; i < 16; ++i)
-    for (unsigned j = 0; j < 16; ++j) {
-      double sum = m.c[i * 20 + j];
-      for (unsigned k = 0; k < 16; ++k)
-        sum += static_cast<double>(__bfloat162float(m.a[a_rows ? i * 24 + k : i + k * 24])) *
-               __bfloat162float(m.b[b_rows ? k * 24 + j : k + j * 24]);
-      want[i * 16 + j] = sum;
-    }
-  emu::Options o;
-  o.fragment_mapping = mapping;
-  const emu::OptionsScope scope(o);
-  emu::launch(product_kernel<LayoutA, LayoutB>, {dim3(1), dim3(32), 0}, m.a, 24u, m.b, 24u, m.c, 20u);
-  for (unsigned i = 0; i < 16; ++i)
-    for (unsigned j = 0; j < 16; ++j) CHECK(m.c[i * 20 + j] == Approx(want[i * 16 + j]).margin(1e-5));
-  for (unsigned i = 0; i < 16; ++i)
-    for (unsigned j = 16; j < 20; ++j) CHECK(m.c[i * 20 + j] == before.c[i * 20 + j]);  // past 16 columns: untouched
+    for (unsigned j = 0; j < 16; ++j)
+      for (unsigned k = 0; k < 32; ++k) want[i * 16 + j] += __bfloat162float(a[i * 32 + k]) * b_at(k, j);
+  const std::size_t shared = tc::Bf16Tile<16, 32>::kBytes + tc::Bf16Tile<32, 16>::kBytes;
+  emu::launch(tc::strip_product_kernel<Kind>, {dim3(1), dim3(32), shared}, a.data(), b.data(), c.data());
+  for (unsigned e = 0; e < 256; ++e) CHECK(c[e] == want[e]);
 }
 
 void shuffle_kernel(int* out) {
@@ -111,15 +140,6 @@ void half_block_barrier() {
 void two_barriers() {
   if (threadIdx.x < 64) __syncthreads();
   else __syncthreads();
-}
-void misaligned_load(const Bf16* a, unsigned ldm) {
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, Bf16, wmma::row_major> fa;
-  wmma::load_matrix_sync(fa, a, ldm);
-}
-void store_with_ldm(float* c, unsigned ldm) {
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-  wmma::fill_fragment(fc, 1.0f);
-  wmma::store_matrix_sync(c, fc, ldm, wmma::mem_row_major);
 }
 void indices_kernel(unsigned* out) {
   const unsigned t = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
@@ -146,13 +166,19 @@ TEST_CASE("bf16 conversion rounds to nearest even, bit for bit", "[emulator]") {
   }
 }
 
-TEST_CASE("WMMA products equal a double-precision product in every layout and fragment mapping", "[emulator]") {
-  for (unsigned mapping : {0u, 1u}) {
-    check_product<wmma::row_major, wmma::row_major>(mapping);
-    check_product<wmma::row_major, wmma::col_major>(mapping);
-    check_product<wmma::col_major, wmma::row_major>(mapping);
-    check_product<wmma::col_major, wmma::col_major>(mapping);
-  }
+TEST_CASE("strip products (cp.async, ldmatrix, mma.sync) equal the exact product in both B layouts", "[emulator]") {
+  check_strip_product<megacpp::cuda::flash::tensor_core::BTile::rows_are_k>();
+  check_strip_product<megacpp::cuda::flash::tensor_core::BTile::rows_are_n>();
+}
+
+TEST_CASE("a cp.async copy lands when its thread waits for it, not before", "[emulator]") {
+  namespace tc = megacpp::cuda::flash::tensor_core;
+  alignas(16) const float src[4] = {1.5f, 2.5f, 3.5f, 4.5f};
+  float out = 0.0f;
+  emu::launch(tc::async_copy_kernel, {dim3(1), dim3(32), 64}, src, &out, true);
+  CHECK(out == 1.5f);
+  emu::launch(tc::async_copy_kernel, {dim3(1), dim3(32), 64}, src, &out, false);
+  CHECK(std::isnan(out));  // the NaN fill: the copy had not landed
 }
 
 TEST_CASE("shuffles exchange lanes, indices follow the launch", "[emulator]") {
@@ -189,9 +215,8 @@ TEST_CASE("broken rules are errors, not hangs", "[emulator]") {
                     Contains("wrote byte 256") && Contains("past the 256 bytes"));
 #endif
   emu::launch(tc::write_shared_byte, {dim3(1), dim3(32), 256}, 255u);  // the last requested byte is fine
-  Operands m{};
-  CHECK_THROWS_WITH(emu::launch(misaligned_load, {dim3(1), dim3(32), 0}, m.a + 8, 16u), Contains("not 256-bit"));
-  CHECK_THROWS_WITH(emu::launch(misaligned_load, {dim3(1), dim3(32), 0}, m.a, 12u), Contains("not a multiple of 8"));
-  CHECK_THROWS_WITH(emu::launch(store_with_ldm, {dim3(1), dim3(32), 0}, m.c, 18u), Contains("not a multiple of 4"));
-  CHECK_NOTHROW(emu::launch(store_with_ldm, {dim3(1), dim3(32), 0}, m.c, 16u));
+  // cp.async's rules (ldmatrix's and mma's: test_ptx.cpp).
+  alignas(16) const float src[8] = {};
+  CHECK_THROWS_WITH(emu::launch(tc::async_copy_past, {dim3(1), dim3(32), 248}, 240u, src), Contains("run past"));
+  CHECK_THROWS_WITH(emu::launch(tc::async_copy_past, {dim3(1), dim3(32), 256}, 4u, src), Contains("not 16-byte aligned"));
 }

@@ -5,7 +5,7 @@
 // threads of a block as cooperative fibers (fiber.hpp) scheduled in a fixed order. A thread runs
 // until it waits (a barrier, a blocking warp collective) or ends; the last thread to arrive at a
 // barrier releases it and runs on. Everything the emulator detects (a deadlock, divergent warp
-// collectives, a WMMA rule broken) ends the launch with an EmulationError naming the thread.
+// collectives, an ldmatrix or cp.async rule broken) ends the launch with an EmulationError naming the thread.
 #pragma once
 
 #include <array>
@@ -44,9 +44,6 @@ unsigned lane_index();  // threadIdx linear % 32
 /// __syncthreads: every thread of the block must reach the same barrier call.
 void sync_threads(const char* file, unsigned line);
 
-/// Counts this thread's __syncwarp calls; true for one that Options says to skip (a fault).
-bool skip_syncwarp(unsigned line);
-
 /// One warp collective as a lane issues it. Every lane of a warp must issue the same sequence of
 /// collectives (CUDA C++ Programming Guide, "Warp Matrix Functions": mptr, ldm, layout and all
 /// template parameters the same for all threads of the warp; "Warp Shuffle Functions": every
@@ -66,9 +63,6 @@ bool same_collective(const Collective& a, const Collective& b);
 using LaneOperands = std::array<void*, 4>;
 using Completion = void (*)(const LaneOperands (&lanes)[kWarpSize]);
 
-/// Checks `c` against the warp's sequence and returns at once (WMMA loads and stores: each lane
-/// moves its own fragment elements; divergence is caught when the sequences meet).
-void warp_collective(const Collective& c);
 /// Checks `c`, then waits until every lane of the warp has issued it; the last lane runs complete.
 void warp_rendezvous(const Collective& c, const LaneOperands& operands, Completion complete);
 
@@ -90,7 +84,7 @@ bool in_shared_memory(const void* p);
 
 /// Dynamic shared memory of the running block: [base, base + requested) is the kernel's.
 /// Returns false if [p, p + bytes) starts in an arena of dynamic shared memory but runs past the
-/// bytes the launch requested (WMMA accesses are checked against it; any other write past it is
+/// bytes the launch requested (ldmatrix and cp.async are checked against it; any other write past it is
 /// caught when the block ends, and any access under AddressSanitizer).
 bool within_requested_shared(const void* p, std::size_t bytes);
 

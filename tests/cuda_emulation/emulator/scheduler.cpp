@@ -49,7 +49,7 @@ struct Thread {
   const char* file = "";
   unsigned line = 0;
   std::uint64_t collectives = 0;  // warp collectives issued so far
-  long barriers = 0, syncwarps = 0;
+  long barriers = 0;
   Fiber* fiber = nullptr;
   // cp.async: the copies of the open group, then the committed groups in flight, oldest first.
   std::vector<AsyncCopy> open_copies;
@@ -308,18 +308,6 @@ void sync_threads(const char* file, unsigned line) {
   t.file = file;
   t.line = line;
   wait_here(t);
-}
-
-bool skip_syncwarp(unsigned line) {
-  Thread& t = current();
-  const Options& o = options();
-  if (line == o.skip_syncwarp_line) return true;
-  return t.syncwarps++ == o.skip_syncwarp && (o.skip_syncwarp_lane < 0 || static_cast<unsigned>(o.skip_syncwarp_lane) == t.lane);
-}
-
-void warp_collective(const Collective& c) {
-  Thread& t = current();
-  check_sequence(t, block.warps[t.warp], c);
 }
 
 void warp_rendezvous(const Collective& c, const LaneOperands& operands, Completion complete) {

@@ -57,7 +57,6 @@ inline void __syncthreads(const char* file = __builtin_FILE(), unsigned line = _
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu, const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
   namespace emu = ::megacpp::cuda_emulation;
   if (mask != 0xFFFFFFFFu) emu::device_fail("__syncwarp with a partial mask (the emulator takes full warps only)");
-  if (emu::skip_syncwarp(line)) return;  // injected fault
   emu::warp_rendezvous({"__syncwarp", nullptr, mask, file, line}, {}, [](const emu::LaneOperands(&)[emu::kWarpSize]) {});
 }
 

@@ -105,11 +105,13 @@ __device__ inline void wait_for_step() {
 }
 
 // Rounds rows of `dim` floats to bf16 rows of `width` (>= dim, a multiple of 8) with zero columns
-// from dim on: the copies of q, k, v and dO the kernels read (stage_rows).
-__global__ void to_bf16_rows_kernel(index_t rows, index_t dim, index_t width, const float* src, nv_bf16* dst) {
+// from dim on: the copies of q, k, v and dO the kernels read (stage_rows). (A template, as every
+// kernel of a header: a plain __global__ defined here would be defined again by every .cu file.)
+template <class T>
+__global__ void to_bf16_rows_kernel(index_t rows, index_t dim, index_t width, const T* src, nv_bf16* dst) {
   for (index_t idx = global_thread(); idx < rows * width; idx += grid_stride()) {
     const index_t r = idx / width, e = idx % width;
-    dst[idx] = __float2bfloat16_rn(e < dim ? src[r * dim + e] : 0.0f);
+    dst[idx] = __float2bfloat16_rn(e < dim ? static_cast<float>(src[r * dim + e]) : 0.0f);
   }
 }
 
@@ -214,14 +216,19 @@ __global__ void __launch_bounds__(kBlockThreads)
 // ---- backward, step 0: D = rowsum(bf16(dO) o O) per (token, head), summed in fp32 -----------------
 // dP = dO V^T is formed from the bf16 dO the tiles hold, so D takes the same dO: then
 // sum_j P_ij (dP_ij - D_i) = 0 holds for the rounded problem as in exact arithmetic (with the fp32
-// dO, D would be off by ~2^-9 |dO| |O| and every dS by P times that).
+// dO, D would be off by ~2^-9 |dO| |O| and every dS by P times that). One warp per row: lane l
+// sums elements l, l + 32, ... (coalesced reads), then the xor butterfly gives every lane the
+// same bits. Launch with a whole number of warps per block.
 template <class T>
 __global__ void rounded_output_dot_kernel(index_t rows, index_t dim, const T* o, const T* grad_o, T* drow) {
   static_assert(std::is_same_v<T, float>, "megacpp_mma_float_only: the tensor-core attention takes float tensors");
-  for (index_t r = global_thread(); r < rows; r += grid_stride()) {
+  const index_t lane = global_thread() % 32;
+  for (index_t r = global_thread() / 32; r < rows; r += grid_stride() / 32) {  // the same r in every lane of a warp
     float sum = 0.0f;
-    for (index_t e = 0; e < dim; ++e) sum += __bfloat162float(__float2bfloat16_rn(grad_o[r * dim + e])) * o[r * dim + e];
-    drow[r] = sum;
+    for (index_t e = lane; e < dim; e += 32)
+      sum += __bfloat162float(__float2bfloat16_rn(grad_o[r * dim + e])) * o[r * dim + e];
+    sum = row_sum<32>(sum);
+    if (lane == 0) drow[r] = sum;
   }
 }
 

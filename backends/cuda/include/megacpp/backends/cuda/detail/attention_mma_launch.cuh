@@ -69,7 +69,7 @@ class Bf16Rows {
  public:
   Bf16Rows(const float* src, index_t rows, index_t dim)
       : width_(bf16_row_width(dim)), copy_(static_cast<std::size_t>(rows * width_)) {
-    to_bf16_rows_kernel<<<grid_for(rows * width_), kThreads, 0, kStream>>>(rows, dim, width_, src, copy_.get());
+    to_bf16_rows_kernel<float><<<grid_for(rows * width_), kThreads, 0, kStream>>>(rows, dim, width_, src, copy_.get());
     MEGACPP_CUDA_CHECK_LAUNCH(to_bf16_rows_kernel);
   }
   const nv_bf16* get() const { return copy_.get(); }
@@ -117,7 +117,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   const index_t rows = p.batch * p.seq * p.heads;
   const DeviceBuffer<float> drow_buffer(static_cast<std::size_t>(rows));  // D = rowsum(dO o O): (batch, seq, heads)
   float* drow = drow_buffer.get();
-  rounded_output_dot_kernel<float><<<grid_for(rows), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
+  rounded_output_dot_kernel<float><<<grid_for(rows * 32), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
   MEGACPP_CUDA_CHECK_LAUNCH(rounded_output_dot_kernel);
   stats.two_pass = true;
   stats.q_rows = kTileRows;
