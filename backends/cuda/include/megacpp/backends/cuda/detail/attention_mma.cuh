@@ -6,7 +6,7 @@
 // cores (mma.sync m16n8k16: bf16 operands, fp32 accumulation). What is rounded to bf16, and where
 // (round to nearest even):
 //
-//   q, k, v, dO   when a tile of them is staged in shared memory (global memory stays fp32);
+//   q, k, v, dO   once per call, into the bf16 copies the kernels read (to_bf16_rows_kernel);
 //   P             before O += P V (forward) and dV += P^T dO (backward);
 //   dS            before dK += dS^T q and dQ += dS K.
 //
@@ -20,8 +20,9 @@
 // each trimmed to computed_keys; GQA by index; padding tokens are never visited. Tiles are 64
 // rows (query tiles; key tiles in the dK/dV pass), split into 4 warp strips of 16 rows: warp w
 // owns rows [16w, 16w + 16) of every product it computes and of the elementwise work between
-// them, in its own registers, so inside a tile step no warp waits for another; __syncthreads
-// guards the staging of shared tiles only.
+// them, in its own registers, so inside a tile step no warp waits for another. Shared memory
+// holds the bf16 operand tiles only; the ones that change every step come twice, the next step's
+// fetched by cp.async while this step's products run, and one __syncthreads per step orders both.
 //
 // Products: mma.sync m16n8k16 (detail/ptx.cuh) through the strip products of
 // attention_mma_tiles.cuh, the transposes as which operand a shared tile holds; the dK/dV pass
