@@ -69,7 +69,7 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   const index_t rows = p.batch * p.seq * p.heads;
   std::vector<float> drow(static_cast<std::size_t>(rows));
   launch(tc::rounded_output_dot_kernel<float>, {dim3(cuda::grid_for(rows * 32)), dim3(cuda::kThreads), 0}, rows, p.dim,
-         r.o.data(), raw.grad_o.data(), drow.data());
+         width, r.o.data(), grad_o.data(), drow.data());
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {
     launch(tc::key_value_grad_kernel<D>, {grid(work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g,

@@ -76,12 +76,13 @@ __device__ inline float quad_sum(float x) {
 // would buy nothing, for several instructions per score.
 __device__ inline float fast_exp(float x) { return __expf(x); }
 
-// Whether a step of a query-tile block needs no mask: a full tile of queries [qs, qe), kKeyStep
-// keys from first_key, and every pair visible (attention_tiling.hpp, tile_is_full). Rows past a
-// short tile's end would be harmless too (their zero q rows give finite scores that only reach
-// rows never written), but such steps are rare enough to take the masked path.
-__device__ inline bool whole_step(index_t qs, index_t qe, index_t first_key, int n, index_t window) {
-  return n == kKeyStep && qe - qs == kTileRows && attention::tile_is_full(qs, qe, first_key, first_key + n, window);
+// Whether a step needs no mask: queries [qs, qe) and keys [ks, ke) fill the step's tile
+// (query_rows x key_rows: a short tile at a document's end takes the masked path, rare enough)
+// and every pair is visible (attention_tiling.hpp, tile_is_full). The forward and dQ steps are
+// (kTileRows queries, kKeyStep keys), the dK/dV steps (kQueryStep queries, kTileRows keys).
+__device__ inline bool whole_step(index_t qs, index_t qe, int query_rows, index_t ks, index_t ke, int key_rows,
+                                  index_t window) {
+  return qe - qs == query_rows && ke - ks == key_rows && attention::tile_is_full(qs, qe, ks, ke, window);
 }
 
 // Starts copying key step s of a query-tile block (forward, dQ) into copy s % 2 of the K and V
@@ -143,8 +144,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (index_t step = 0; step < steps.size(); ++step) {
     wait_for_step();
     if (step + 1 < steps.size()) stage_key_step<D>(sh, g, w, kvh, k, v, width, steps, step + 1);
-    const index_t first_key = steps.keys(step).first;
-    const int n = static_cast<int>(steps.keys(step).last - first_key);
+    const attention::TileRange keys = steps.keys(step);
+    const index_t first_key = keys.first;
+    const int n = static_cast<int>(keys.last - first_key);
     Strip<kKeyStep> s;
     zero<kKeyStep>(s);
     strip_product<kKeyStep, D, BTile::rows_are_n>(s, sh.q + warp * kStripRows * QTile::kLd, QTile::kLd, sh.k[step],
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         }
       }
     };
-    if (whole_step(qs, qe, first_key, n, g.window)) softmax.template operator()<false>();
+    if (whole_step(qs, qe, kTileRows, keys.first, keys.last, kKeyStep, g.window)) softmax.template operator()<false>();
     else softmax.template operator()<true>();
     OperandStrip<kKeyStep> p;
     to_operand<kKeyStep>(p, s);
@@ -215,19 +217,19 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // ---- backward, step 0: D = rowsum(bf16(dO) o O) per (token, head), summed in fp32 -----------------
-// dP = dO V^T is formed from the bf16 dO the tiles hold, so D takes the same dO: then
-// sum_j P_ij (dP_ij - D_i) = 0 holds for the rounded problem as in exact arithmetic (with the fp32
-// dO, D would be off by ~2^-9 |dO| |O| and every dS by P times that). One warp per row: lane l
-// sums elements l, l + 32, ... (coalesced reads), then the xor butterfly gives every lane the
-// same bits. Launch with a whole number of warps per block.
+// dP = dO V^T is formed from the bf16 dO the tiles hold, so D takes the same dO (the copy the
+// kernels read, rows of `width`): then sum_j P_ij (dP_ij - D_i) = 0 holds for the rounded problem
+// as in exact arithmetic (with the fp32 dO, D would be off by ~2^-9 |dO| |O| and every dS by P
+// times that). One warp per row: lane l sums elements l, l + 32, ... (coalesced reads), then the
+// xor butterfly gives every lane the same bits. Launch with a whole number of warps per block.
 template <class T>
-__global__ void rounded_output_dot_kernel(index_t rows, index_t dim, const T* o, const T* grad_o, T* drow) {
+__global__ void rounded_output_dot_kernel(index_t rows, index_t dim, index_t width, const T* o, const nv_bf16* grad_o,
+                                          T* drow) {
   static_assert(std::is_same_v<T, float>, "megacpp_mma_float_only: the tensor-core attention takes float tensors");
   const index_t lane = global_thread() % 32;
   for (index_t r = global_thread() / 32; r < rows; r += grid_stride() / 32) {  // the same r in every lane of a warp
     float sum = 0.0f;
-    for (index_t e = lane; e < dim; e += 32)
-      sum += __bfloat162float(__float2bfloat16_rn(grad_o[r * dim + e])) * o[r * dim + e];
+    for (index_t e = lane; e < dim; e += 32) sum += __bfloat162float(grad_o[r * width + e]) * o[r * dim + e];
     sum = row_sum<32>(sum);
     if (lane == 0) drow[r] = sum;
   }
@@ -325,7 +327,7 @@ __global__ void __launch_bounds__(kBlockThreads)
           }
       }
     };
-    if (n == kQueryStep && ke - ks == kTileRows && attention::tile_is_full(c0, c0 + n, ks, ke, g.window))
+    if (whole_step(c0, c0 + n, kQueryStep, ks, ke, kTileRows, g.window))
       gradients.template operator()<false>();
     else
       gradients.template operator()<true>();
@@ -371,14 +373,15 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (index_t step = 0; step < steps.size(); ++step) {
     wait_for_step();
     if (step + 1 < steps.size()) stage_key_step<D>(sh, g, w, kvh, k, v, width, steps, step + 1);
-    const index_t first_key = steps.keys(step).first;
-    const int n = static_cast<int>(steps.keys(step).last - first_key);
+    const attention::TileRange keys = steps.keys(step);
+    const index_t first_key = keys.first;
+    const int n = static_cast<int>(keys.last - first_key);
     Strip<kKeyStep> s, dp;
     zero<kKeyStep>(s);
     zero<kKeyStep>(dp);
     strip_product<kKeyStep, D, BTile::rows_are_n>(s, q_strip, QTile::kLd, sh.k[step], KTile::kLd);
     strip_product<kKeyStep, D, BTile::rows_are_n>(dp, grad_o_strip, QTile::kLd, sh.v[step], KTile::kLd);
-    auto gradients = [&]<bool Masked>() {  // a whole step needs no mask (whole_step)
+    auto gradients = [&]<bool Masked>() {  // a whole step needs no mask
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = warp * kStripRows + at.g + 8 * half;
@@ -393,7 +396,7 @@ __global__ void __launch_bounds__(kBlockThreads)
           }
       }
     };
-    if (whole_step(qs, qe, first_key, n, g.window)) gradients.template operator()<false>();
+    if (whole_step(qs, qe, kTileRows, keys.first, keys.last, kKeyStep, g.window)) gradients.template operator()<false>();
     else gradients.template operator()<true>();
     OperandStrip<kKeyStep> ds;
     to_operand<kKeyStep>(ds, dp);

@@ -73,6 +73,7 @@ class Bf16Rows {
     MEGACPP_CUDA_CHECK_LAUNCH(to_bf16_rows_kernel);
   }
   const nv_bf16* get() const { return copy_.get(); }
+  index_t width() const { return width_; }
 
  private:
   index_t width_;
@@ -94,13 +95,13 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   const DeviceWork& work = device_work(docs, kTileRows);
   count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
   if (work.count() == 0) return stats;
-  const index_t kv_rows = p.batch * p.seq * p.kv_heads, width = bf16_row_width(p.head_dim);
+  const index_t kv_rows = p.batch * p.seq * p.kv_heads;
   const Bf16Rows q(a.q, tokens * p.heads, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim);
   with_padded_dim(p.head_dim, [&]<int D>() {
     const std::size_t shared = forward_shared_bytes<D>();
     prepare_launch(forward_kernel<D>, "forward", shared, work.count(), p.heads);
     forward_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-        g, work.device.get(), width, q.get(), k.get(), v.get(), a.o, a.lse);
+        g, work.device.get(), q.width(), q.get(), k.get(), v.get(), a.o, a.lse);
     MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
   });
   return stats;
@@ -115,9 +116,11 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   if (!a.grad_q && !a.grad_k && !a.grad_v) return stats;
   const Geometry<float> g = geometry<float>(p);
   const index_t rows = p.batch * p.seq * p.heads;
+  const Bf16Rows grad_o(a.grad_o, rows, p.head_dim);
   const DeviceBuffer<float> drow_buffer(static_cast<std::size_t>(rows));  // D = rowsum(dO o O): (batch, seq, heads)
   float* drow = drow_buffer.get();
-  rounded_output_dot_kernel<float><<<grid_for(rows * 32), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
+  rounded_output_dot_kernel<float><<<grid_for(rows * 32), kThreads, 0, kStream>>>(rows, p.head_dim, grad_o.width(), a.o,
+                                                                                 grad_o.get(), drow);
   MEGACPP_CUDA_CHECK_LAUNCH(rounded_output_dot_kernel);
   stats.two_pass = true;
   stats.q_rows = kTileRows;
@@ -125,15 +128,14 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   stats.products = MatmulPrecision::bf16;
   const DeviceWork& work = device_work(docs, kTileRows);  // query tiles and key tiles alike: 64 tokens
   if (work.count() == 0) return stats;
-  const index_t kv_rows = p.batch * p.seq * p.kv_heads, width = bf16_row_width(p.head_dim);
-  const Bf16Rows q(a.q, rows, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim),
-      grad_o(a.grad_o, rows, p.head_dim);
+  const index_t kv_rows = p.batch * p.seq * p.kv_heads;
+  const Bf16Rows q(a.q, rows, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim);
   with_padded_dim(p.head_dim, [&]<int D>() {
     if (a.grad_k || a.grad_v) {
       const std::size_t shared = key_value_shared_bytes<D>();
       prepare_launch(key_value_grad_kernel<D>, "dK/dV", shared, work.count(), p.kv_heads);
       key_value_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.kv_heads)), kBlockThreads, shared, kStream>>>(
-          g, work.device.get(), width, q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v);
+          g, work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v);
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
     }
     if (a.grad_q) {
@@ -141,7 +143,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
       const std::size_t shared = query_shared_bytes<D>();
       prepare_launch(query_grad_kernel<D>, "dQ", shared, work.count(), p.heads);
       query_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-          g, work.device.get(), width, q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_q);
+          g, work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_q);
       MEGACPP_CUDA_CHECK_LAUNCH(query_grad_kernel);
     }
   });
