@@ -106,6 +106,17 @@ __device__ inline void wait_for_step() {
   __syncthreads();
 }
 
+// The start of key step s of a query-tile block (forward, dQ): waits for its K and V, starts
+// copying step s + 1's, and returns step s's keys.
+template <int D, class Shared>
+__device__ attention::TileRange begin_key_step(const Shared& sh, const Geometry<float>& g, const WorkTile& w, index_t kvh,
+                                               const nv_bf16* k, const nv_bf16* v, index_t width, const KeySteps& steps,
+                                               index_t s) {
+  wait_for_step();
+  if (s + 1 < steps.size()) stage_key_step<D>(sh, g, w, kvh, k, v, width, steps, s + 1);
+  return steps.keys(s);
+}
+
 // Rounds rows of `dim` floats to bf16 rows of `width` (>= dim, a multiple of 8) with zero columns
 // from dim on: the copies of q, k, v and dO the kernels read (stage_rows). (A template, as every
 // kernel of a header: a plain __global__ defined here would be defined again by every .cu file.)
@@ -142,9 +153,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   // part of) l for each. A row that has seen no key yet keeps m = -inf, P = 0, alpha = 1.
   float m[2] = {minus_infinity<float>(), minus_infinity<float>()}, l[2] = {0.0f, 0.0f};
   for (index_t step = 0; step < steps.size(); ++step) {
-    wait_for_step();
-    if (step + 1 < steps.size()) stage_key_step<D>(sh, g, w, kvh, k, v, width, steps, step + 1);
-    const attention::TileRange keys = steps.keys(step);
+    const attention::TileRange keys = begin_key_step<D>(sh, g, w, kvh, k, v, width, steps, step);
     const index_t first_key = keys.first;
     const int n = static_cast<int>(keys.last - first_key);
     Strip<kKeyStep> s;
@@ -371,9 +380,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const nv_bf16* q_strip = sh.q + warp * kStripRows * QTile::kLd;
   const nv_bf16* grad_o_strip = sh.grad_o + warp * kStripRows * QTile::kLd;
   for (index_t step = 0; step < steps.size(); ++step) {
-    wait_for_step();
-    if (step + 1 < steps.size()) stage_key_step<D>(sh, g, w, kvh, k, v, width, steps, step + 1);
-    const attention::TileRange keys = steps.keys(step);
+    const attention::TileRange keys = begin_key_step<D>(sh, g, w, kvh, k, v, width, steps, step);
     const index_t first_key = keys.first;
     const int n = static_cast<int>(keys.last - first_key);
     Strip<kKeyStep> s, dp;
