@@ -23,19 +23,19 @@
 namespace megacpp::examples {
 
 /// The data-parallel side of a training run on `Comm` (see the file comment).
-template <class Comm>
+template <class Comm, class B = Cpu>
 class DataParallelRun {
  public:
   /// Shards `opt` under --zero1 and, at world > 1, broadcasts rank 0's parameters and installs
   /// the gradient buckets. Collective.
   template <class Optimizer>
-  DataParallelRun(const TrainOptions& o, Comm& comm, const std::vector<optim::ParamRef<float, Cpu>>& params, Optimizer& opt)
+  DataParallelRun(const TrainOptions& o, Comm& comm, const std::vector<optim::ParamRef<float, B>>& params, Optimizer& opt)
       : comm_(comm), params_(params), zero1_(o.zero1) {
     const int world = comm.size();
     if (o.zero1) opt.shard(comm.rank(), world);
     if (o.zero1 && world > 1 && o.plasticity.dash_every == 0) owners_ = opt.owners(params);
     if (world > 1) {
-      std::vector<Var<float, Cpu>> vars;
+      std::vector<Var<float, B>> vars;
       for (const auto& param : params) vars.push_back(param.var);
       buckets_.emplace(comm, std::move(vars), dist::DataParallelOptions{.owners = owners_});
       buckets_->broadcast_parameters(0);
@@ -83,10 +83,10 @@ class DataParallelRun {
 
  private:
   Comm& comm_;
-  const std::vector<optim::ParamRef<float, Cpu>>& params_;
+  const std::vector<optim::ParamRef<float, B>>& params_;
   bool zero1_;
   std::vector<int> owners_;  // ZeRO-1's reduce-scatter: each parameter's owner (empty: all-reduce)
-  std::optional<dist::DataParallel<float, Cpu, Comm>> buckets_;
+  std::optional<dist::DataParallel<float, B, Comm>> buckets_;
 };
 
 }  // namespace megacpp::examples

@@ -4,7 +4,8 @@
 // gradients were already checked by clipping (NonFinitePolicy::skip). Either stops the run with
 // exit 3 before the state is evaluated or checkpointed, so `latest` always names a finite
 // checkpoint. The scan reads each parameter once per step: for the tiny model ~0.2M floats, for
-// the 877M model about as much memory traffic as one AdamW update, against a step of seconds.
+// the 877M model about as much memory traffic as one AdamW update, against a step of seconds. On
+// CUDA the scan runs on the device and one number per parameter is copied back.
 //
 // Stalled: a loss that is bitwise the same for N consecutive steps (a learning rate so large that
 // the weights saturate, e.g. Muon at 1e30, leaves the logits frozen while every value stays finite)
@@ -16,24 +17,40 @@
 #include <string>
 #include <vector>
 
-#include "megacpp/backends/cpu.hpp"
+#include "megacpp/core.hpp"
 #include "megacpp/optim/param_group.hpp"
 
 namespace megacpp::examples {
 
 /// Names of the parameters whose values (or, with `gradients`, gradients) hold a NaN or an
-/// infinity (CPU tensors, read in place).
-template <class T>
-std::vector<std::string> non_finite_values(const std::vector<optim::ParamRef<T, Cpu>>& params, bool gradients) {
+/// infinity. CPU tensors are read in place. On a device (CUDA) each tensor is reduced there to the
+/// sum of 0 * x, which is NaN exactly when some x is NaN or infinite (never an overflow, unlike a
+/// sum of squares), and only those sums, one number per parameter, come back to the host.
+template <class T, Backend B>
+std::vector<std::string> non_finite_values(const std::vector<optim::ParamRef<T, B>>& params, bool gradients) {
   std::vector<std::string> names;
-  for (const auto& p : params) {
-    if (gradients && !p.has_grad()) continue;
-    const T* v = gradients ? p.grad().data() : p.var.value().data();
-    const std::int64_t n = p.shape().numel();
-    bool finite = true;
+  if constexpr (B::host_accessible) {
+    for (const auto& p : params) {
+      if (gradients && !p.has_grad()) continue;
+      const T* v = gradients ? p.grad().data() : p.var.value().data();
+      const std::int64_t n = p.shape().numel();
+      bool finite = true;
 #pragma omp parallel for reduction(&& : finite) schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(static_cast<double>(v[i]));
-    if (!finite) names.push_back(p.name);
+      for (std::int64_t i = 0; i < n; ++i) finite = finite && std::isfinite(static_cast<double>(v[i]));
+      if (!finite) names.push_back(p.name);
+    }
+  } else {
+    if (params.empty()) return names;
+    Tensor<T, B> sums = Tensor<T, B>::zeros(Shape{static_cast<index_t>(params.size())});
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const auto& p = params[i];
+      if ((gradients && !p.has_grad()) || p.shape().numel() == 0) continue;
+      const T* v = gradients ? p.grad().data() : p.var.value().data();
+      B::template reduce<T>(1, p.shape().numel(), 1, fn::Scale{0.0}, T(1), T(0), sums.data() + i, In<T>{v});
+    }
+    const std::vector<T> host = sums.to_host();
+    for (std::size_t i = 0; i < host.size(); ++i)
+      if (!std::isfinite(static_cast<double>(host[i]))) names.push_back(params[i].name);
   }
   return names;
 }

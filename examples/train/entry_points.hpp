@@ -3,10 +3,12 @@
 // Every model of the registry (models.hpp) is a distinct type, and each run instantiates the
 // whole training loop for each of them; the fp32 runs, the bf16 runs and GSPO are compiled in
 // separate files (train_fp32.cpp, train_bf16.cpp, train_gspo.cpp) so a build compiles them in
-// parallel. main.cpp parses the flags and calls one of these.
+// parallel. --device cuda runs are compiled by nvcc in train_cuda_fp32.cu and train_cuda_bf16.cu.
+// main.cpp parses the flags and calls one of these.
 #pragma once
 
 #include "megacpp/autograd/precision.hpp"
+#include "megacpp/dist/comm.hpp"
 #include "options.hpp"
 
 namespace megacpp::examples {
@@ -16,6 +18,12 @@ namespace megacpp::examples {
 /// and train_bf16.cpp.
 template <class Precision, class Comm>
 int train_in_precision(const TrainOptions& o, Comm& comm);
+
+/// The same run with the model and optimizer on the GPU (--device cuda), in one process: defined
+/// in trainer.hpp, instantiated in train_cuda_fp32.cu and train_cuda_bf16.cu (nvcc), which are built
+/// when the CUDA backend is (MEGACPP_TRAIN_CUDA).
+template <class Precision>
+int train_on_cuda(const TrainOptions& o, dist::SingleProcess& comm);
 
 /// GSPO (gspo_run.hpp) of o.model in o.precision, in one process.
 template <class Comm>

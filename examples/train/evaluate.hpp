@@ -60,7 +60,7 @@ EvalResult evaluate(Model& model, const std::vector<fs::path>& shards, const Run
   const bool bytes_are_tokens = meta.tokenizer == "byte";
   double nats = 0, tokens = 0, bytes = 0;
   for (index_t i = 0; i < batches; ++i) {
-    const auto b = val.next<float, Cpu>();
+    const auto b = val.next<float, typename Model::backend_type>();
     const auto docs = Model::documents(b.input_ids_host, p.micro_batch, p.seq_len, meta.special.bos);
     nats += static_cast<double>(model.loss(b.input_ids, b.target_ids, b.loss_mask, docs).item()) * per_batch;
     tokens += per_batch;

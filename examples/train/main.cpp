@@ -59,6 +59,9 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
       ("require_improvement", po::bool_switch(&o.require_improvement), "exit with code 5 unless the validation loss fell")
       ("precision", po::value(&o.precision)->default_value(o.precision),
        "bf16: bf16 product operands, fp32 weights and everything else (docs/systems/precision.md) | fp32; the default is bf16 on CPUs with AVX512-BF16")
+      ("device", po::value(&o.device)->default_value(o.device),
+       "cpu | cuda: the model, its activations and the optimizer on one GPU (data, checkpoints and metrics stay on the "
+       "host); --precision defaults to bf16 there (the tensor cores)")
       ("zero1", po::bool_switch(&o.zero1),
        "ZeRO-1: shard the optimizer state (Muon momentum, AdamW moments) over the data-parallel ranks and reduce-scatter "
        "each gradient to its owner; a no-op at world size 1")
@@ -163,6 +166,7 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
   check_flag(warmup_ratio.empty(), kTrainTool, "warmup_ratio", warmup_ratio,
              ": warmup is a number of steps, never a share of the run (a ratio of a long run warms up for tens of "
              "thousands of steps; docs/recipe.md): give --warmup_steps");
+  if (o.device == "cuda" && !given.count("precision")) o.precision = "bf16";  // the tensor cores
   check_options(o, given);
   if constexpr (requires { comm.set_timeout(1.0); }) comm.set_timeout(o.collective_timeout);
   if (!o.sft.file.empty() || o.gspo.enabled) o.plasticity.fire = "off";  // and DASH, ReDo: refused when given
@@ -171,6 +175,19 @@ int parse_and_train(int argc, char** argv, Comm& comm) {
     if constexpr (std::is_same_v<Comm, dist::SingleProcess>) return train_gspo_run(o, comm);
     check_flag(false, kTrainTool, "gspo", "runs in one process (rollouts are not data-parallel): launch megacpp-train "
                "without mpirun");
+  }
+  if (o.device == "cuda") {
+#ifdef MEGACPP_TRAIN_CUDA
+    if constexpr (std::is_same_v<Comm, dist::SingleProcess>) {
+      if (o.precision == "bf16") return train_on_cuda<Bf16Mixed>(o, comm);
+      return train_on_cuda<Fp32>(o, comm);
+    }
+    check_flag(false, kTrainTool, "device", "cuda runs in one process: data parallel over GPUs (NCCL) is not part of "
+               "megacpp-train yet; launch it without mpirun");
+#else
+    check_flag(false, kTrainTool, "device", "cuda: this megacpp-train was built without the CUDA backend (the default "
+               "preset builds it where nvcc is found: -DMEGACPP_CUDA=ON -DMEGACPP_TRAIN_CUDA=ON)");
+#endif
   }
   if (o.precision == "bf16") return train_in_precision<Bf16Mixed>(o, comm);
   return train_in_precision<Fp32>(o, comm);

@@ -97,6 +97,7 @@ struct TrainOptions {
   int debug_checkpoint_pause_ms = 0;     ///< fault injection: sleep between checkpoint files (tests)
   PlasticityFlags plasticity;            ///< FIRE, DASH, ReDo (plasticity_run.hpp)
   std::string precision = default_precision();  ///< products: bf16 (Bf16Mixed) | fp32 (Fp32)
+  std::string device = "cpu";            ///< where the model and optimizer live: cpu | cuda (one GPU)
   PassEvalFlags pass_eval;               ///< pass@k every N steps (pass_eval_run.hpp)
   std::string init;                      ///< SFT / GSPO: start from this checkpoint's weights ("" = none)
   SftFlags sft;                          ///< supervised fine-tuning (sft_data.hpp)
@@ -110,7 +111,7 @@ struct TrainOptions {
             {"lr_final_ratio", lr_final_ratio}, {"lr_matrix", lr_matrix}, {"lr_embedding", lr_embedding},
             {"lr_scalar", lr_scalar}, {"weight_decay", weight_decay}, {"max_grad_norm", max_grad_norm},
             {"fim_mask", fim_mask}, {"mix", mix}, {"mtp_weight", mtp_weight}, {"mtp_weight_final", mtp_weight_final},
-            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}, {"zero1", zero1},
+            {"mtp_switch_tokens", mtp_switch_tokens}, {"precision", precision}, {"device", device}, {"zero1", zero1},
             {"init", init}, {"sft", sft.file}, {"sft_val", sft.val_file}, {"sft_fim_share", sft.fim_share},
             {"gspo", gspo.enabled}, {"gspo_group", gspo.group}, {"gspo_prompts", gspo.prompts},
             {"gspo_updates", gspo.updates}, {"gspo_max_tokens", gspo.max_tokens}, {"gspo_temperature", gspo.temperature},
@@ -210,6 +211,9 @@ inline void check_options(const TrainOptions& o, const std::set<std::string>& gi
   check_plasticity_flags(t, o.plasticity);
   check_flag(o.precision == "bf16" || o.precision == "fp32", t, "precision", "\"", o.precision,
              "\" is not one of bf16, fp32");
+  check_flag(o.device == "cpu" || o.device == "cuda", t, "device", "\"", o.device, "\" is not one of cpu, cuda");
+  check_flag(o.device == "cpu" || !o.gspo.enabled, t, "device", "cuda with --gspo: GSPO's rollouts run on the CPU "
+             "(train on the GPU, then run --gspo --init CHECKPOINT on the CPU)");
   check_pass_eval_flags(t, o.pass_eval);
   check_post_training_flags(o, given);
 }

@@ -62,13 +62,14 @@ inline void check_plasticity_flags(const std::string& tool, const PlasticityFlag
 template <class Model, class Opt>
 class PlasticityRun {
  public:
-  using Params = std::vector<optim::ParamRef<float, Cpu>>;
+  using B = typename Model::backend_type;  ///< where the model's parameters live
+  using Params = std::vector<optim::ParamRef<float, B>>;
 
   /// Checks the flags against the phase and the run's accumulation, attaches ReDo to every MLP
   /// (when --redo_every is set) and restores `saved` (state.json's "plasticity", null for none).
   PlasticityRun(const std::string& tool, const PlasticityFlags& f, const CurriculumPhase& phase, index_t accumulation,
                 Model& model, Opt& opt, const nlohmann::json& saved)
-      : flags_(f), phase_(phase), params_(optim::collect_params<float, Cpu>(model)), opt_(opt),
+      : flags_(f), phase_(phase), params_(optim::collect_params<float, B>(model)), opt_(opt),
         tracker_(plasticity::ReDoOptions{.tau = f.redo_tau,
                                          .min_history = f.redo_min_history > 0 ? f.redo_min_history : std::max<std::int64_t>(1, f.redo_every * accumulation)}) {
     check_flag(f.dash_every == 0 || phase.dash_and_redo, tool, "dash_every", f.dash_every, ": DASH runs in phase 1 only ",
@@ -168,7 +169,7 @@ class PlasticityRun {
       }
     return any;
   }
-  const optim::ParamRef<float, Cpu>& find(const std::string& name) const {
+  const optim::ParamRef<float, B>& find(const std::string& name) const {
     for (const auto& p : params_)
       if (p.name == name) return p;
     fail("plasticity", "no parameter '", name, "'");
@@ -179,7 +180,7 @@ class PlasticityRun {
   Params params_;
   Opt& opt_;
   plasticity::FireLedger ledger_;
-  plasticity::ReDoTracker<float, Cpu> tracker_;
+  plasticity::ReDoTracker<float, B> tracker_;
 };
 
 }  // namespace megacpp::examples

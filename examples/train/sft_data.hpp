@@ -169,7 +169,7 @@ class SftData {
     std::vector<float> mask(input.size());
     double nats = 0, tokens = 0, bytes = 0;
     while (val.position().epoch == 0) {
-      data::PackedBatch<float, Cpu> b;
+      data::PackedBatch<float, typename Model::backend_type> b;
       b.batch = micro_batch_;
       b.seq = seq_;
       for (int r = 0; r < world_; ++r)

@@ -63,6 +63,13 @@
 
 namespace megacpp::examples {
 
+/// The backend a run's model lives on, for its summary line: "cpu", or "cuda (NVIDIA H100 ...)".
+template <class B>
+std::string device_description() {
+  if constexpr (requires { B::device_name(); }) return std::string(B::name) + " (" + B::device_name() + ")";
+  else return std::string(B::name);
+}
+
 /// Runs (or resumes) a training run of Model on every rank of `comm`; returns the process exit
 /// code (common/cli.hpp).
 template <class Model, class Comm>
@@ -118,9 +125,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     prepare_run_directory(o.out, o.resume.empty() ? -1 : start);
   }
 
+  using B = typename Model::backend_type;  // Cpu, or Cuda under --device cuda (train_cuda_*.cu)
   Model model(o.seed);
-  optim::Hybrid<float, Cpu> opt(model, hybrid_options(o));
-  const auto params = optim::collect_params<float, Cpu>(model);
+  optim::Hybrid<float, B> opt(model, hybrid_options(o));
+  const auto params = optim::collect_params<float, B>(model);
   // Each optimizer group's base learning rate (the schedule scales them all alike), for the metrics.
   std::map<std::string, double> group_lrs;
   for (const auto& route : opt.routes()) group_lrs[route.group] = route.lr;
@@ -133,7 +141,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   std::optional<SftData> sft_data;
   if (sft)
     sft_data.emplace(kTrainTool, o.sft, codec, meta, train_shards, p.micro_batch, p.seq_len, o.seed, rank, world, o.fim_mask);
-  const auto next_batch = [&] { return sft_data ? sft_data->next<float, Cpu>() : loader.next<float, Cpu>(); };
+  const auto next_batch = [&] { return sft_data ? sft_data->next<float, B>() : loader.next<float, B>(); };
 
   TrainingState state;
   state.model = d.name;
@@ -170,6 +178,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     if (saved_precision != o.precision)
       std::printf("warning: the checkpoint was written with --precision %s, this run uses %s: results are not bitwise "
                   "those of an uninterrupted run\n", saved_precision.c_str(), o.precision.c_str());
+    const std::string saved_device =
+        saved.options.is_object() ? saved.options.value("device", std::string("cpu")) : std::string("cpu");
+    if (saved_device != o.device)
+      std::printf("warning: the checkpoint was written with --device %s, this run uses %s: results are not bitwise "
+                  "those of an uninterrupted run\n", saved_device.c_str(), o.device.c_str());
     if (saved.threads != threads)
       std::printf("warning: the checkpoint was written with %d threads, this run uses %d: results are not bitwise "
                   "those of an uninterrupted run (set OMP_NUM_THREADS=%d)\n", saved.threads, threads, saved.threads);
@@ -181,7 +194,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   }
   // Data parallel: every rank starts from rank 0's weights (a resumed run reads the same files;
   // the broadcast costs one pass over the weights and guards against a rank that did not).
-  DataParallelRun<Comm> data_parallel(o, comm, params, opt);  // --zero1: after the full state is loaded
+  DataParallelRun<Comm, B> data_parallel(o, comm, params, opt);  // --zero1: after the full state is loaded
   enter_phase(model, p.phase, p.seq_len);
   PlasticityRun<Model, decltype(opt)> plasticity(kTrainTool, o.plasticity, p.phase, p.accumulation, model, opt,
                                                  o.resume.empty() ? nlohmann::json() : saved.plasticity);
@@ -191,12 +204,13 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   std::fputs(model.summary().c_str(), stdout);
   std::printf("data %s (%zu train, %zu val shards, %s tokenizer, BOS %d); phase %d (%.*s): seq_len %lld, rope_theta %g\n"
               "global batch %lld tokens = %lld micro-batches of %lld x %lld; %lld steps, warmup %lld, %s schedule; "
-              "%d threads; precision %s\n",
+              "%d threads; precision %s; device %s\n",
               o.data.c_str(), train_shards.size(), val_shards.size(), meta.tokenizer.c_str(), special.bos, p.phase.number,
               static_cast<int>(p.phase.name.size()), p.phase.name.data(), static_cast<long long>(p.seq_len),
               p.phase.rope_theta, static_cast<long long>(p.total_batch_size), static_cast<long long>(p.accumulation),
               static_cast<long long>(p.micro_batch), static_cast<long long>(p.seq_len), static_cast<long long>(p.steps),
-              static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads, Model::precision_type::name.data());
+              static_cast<long long>(p.warmup_steps), o.lr_schedule.c_str(), threads, Model::precision_type::name.data(),
+              device_description<B>().c_str());
   data_parallel.print_summary(opt, p.accumulation, p.micro_batch, p.seq_len, p.total_batch_size);
   if (sft_data) std::printf("%s\n", sft_data->describe().c_str());
   if (!mixture.empty()) std::printf("mixture %s (streams drawn per row, seed %llu)\n", mixture.c_str(),
@@ -263,7 +277,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     // The step's loss is the mean over every learned target of the global batch (all ranks):
     // micro-batch i weighs count_i / global total (FIM sentinel targets are masked, so counts
     // differ; a micro-batch of nothing but sentinels would learn nothing at all).
-    std::vector<data::PackedBatch<float, Cpu>> batches;
+    std::vector<data::PackedBatch<float, B>> batches;
     std::vector<double> counts;
     double total = 0;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
@@ -470,11 +484,36 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   return status;
 }
 
+/// Pretraining or SFT of o.model with the Precision policy's products, its model and optimizer on
+/// backend B. (A class rather than a generic lambda: one fewer thing for nvcc's front end.)
+template <class Precision, class B, class Comm>
+struct TrainOnBackend {
+  const TrainOptions& o;  ///< the run's options
+  Comm& comm;             ///< its ranks
+  /// Trains the registry's model on B with Precision's products.
+  template <class Model>
+  int operator()(std::type_identity<Model>, const ModelDefaults& d) const {
+    return train<typename Model::template with_precision<Precision>>(o, d, comm);
+  }
+};
+
+template <class Precision, class B, class Comm>
+int train_on_backend(const TrainOptions& o, Comm& comm) {
+  return with_model<B>(o.model, TrainOnBackend<Precision, B, Comm>{o, comm});
+}
+
 template <class Precision, class Comm>
 int train_in_precision(const TrainOptions& o, Comm& comm) {
-  return with_model(o.model, [&](auto model_type, const ModelDefaults& d) {
-    return train<typename decltype(model_type)::type::template with_precision<Precision>>(o, d, comm);
-  });
+  return train_on_backend<Precision, Cpu>(o, comm);
 }
+
+#ifdef __CUDACC__  // train_cuda_*.cu: the CUDA backend is in the translation unit
+template <class Precision>
+int train_on_cuda(const TrainOptions& o, dist::SingleProcess& comm) {
+  check_flag(Cuda::device_available(), kTrainTool, "device", "cuda: no CUDA device is usable here (no GPU, or no "
+             "driver: nvidia-smi lists what the driver sees); train on the CPU with --device cpu");
+  return train_on_backend<Precision, Cuda>(o, comm);
+}
+#endif
 
 }  // namespace megacpp::examples

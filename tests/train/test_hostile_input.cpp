@@ -126,6 +126,11 @@ TEST_CASE("megacpp-train: every flag is checked before any work, as an integer, 
   refused({"--stop_at_step", "9"}, "--stop_at_step 9 is past the run's last step 8");
   refused({"--warmup_steps", "8"}, "wsd needs total_steps > warmup_steps");
   refused({"--model", "huge"}, "--model \"huge\" is not a model");
+  refused({"--device", "tpu"}, "--device \"tpu\" is not one of cpu, cuda");
+  refused({"--device", "cuda", "--gspo", "--init", out.string()}, "--device cuda with --gspo: GSPO's rollouts run on the CPU");
+#ifndef MEGACPP_TRAIN_HAS_CUDA  // with its CUDA units, tests/train/cuda_train.sh checks the GPU-less refusal
+  refused({"--device", "cuda"}, "--device cuda: this megacpp-train was built without the CUDA backend");
+#endif
 
   SECTION("an --out that cannot be written is found at startup (exit 1), not at the first checkpoint") {
     std::ofstream(dir / "file") << "x";

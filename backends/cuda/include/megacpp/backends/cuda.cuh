@@ -39,6 +39,8 @@ struct Cuda {
 
   // True when a CUDA device can be used; false (never an exception) without a driver or GPU.
   static bool device_available() { return cuda::device_available(); }
+  // The current device's name and memory (run logs).
+  static std::string device_name() { return cuda::device_name(); }
 
   // --- memory ---
   template <class T> static T* allocate(std::size_t n) { return cuda::allocate<T>(n); }

@@ -4,8 +4,10 @@
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstddef>
+#include <cstdio>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -154,6 +156,17 @@ inline bool device_available() {
     return false;
   }
   return count > 0;
+}
+
+// The current device's name and memory, e.g. "NVIDIA H100 80GB HBM3, 79.1 GiB" (for run logs).
+inline std::string device_name() {
+  int device = 0;
+  MEGACPP_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  MEGACPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  char memory[32];
+  std::snprintf(memory, sizeof memory, ", %.1f GiB", static_cast<double>(prop.totalGlobalMem) / (1ull << 30));
+  return std::string(prop.name) + memory;
 }
 
 }  // namespace megacpp::cuda
