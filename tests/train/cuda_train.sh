@@ -16,7 +16,7 @@ exe="$1" generate="$2" out="$3"
 rm -rf "$out"
 mkdir -p "$out"
 fail() { echo "FAILED: $*"; exit 1; }
-short=(--steps 6 --eval_every 3 --val_tokens 4096 --sample_tokens 20 --seq_len 64 --micro_batch 8
+short=(--steps 6 --warmup_steps 2 --eval_every 3 --val_tokens 4096 --sample_tokens 20 --seq_len 64 --micro_batch 8
        --total_batch_size 1024)
 
 log="$("$exe" --device cuda "${short[@]}" --out "$out/bf16" --require_improvement 2>&1)"
@@ -41,9 +41,9 @@ losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 assert len(losses) == 6 and all(math.isfinite(l) for l in losses), losses
 EOF
 
-"$exe" --device cuda --precision fp32 --steps 1 --eval_every 1 --val_tokens 4096 --sample_tokens 0 --seq_len 64 \
+"$exe" --device cuda --precision fp32 --steps 2 --warmup_steps 1 --eval_every 2 --val_tokens 4096 --sample_tokens 0 --seq_len 64 \
   --micro_batch 8 --total_batch_size 1024 --out "$out/gpu32" >"$out/gpu32.log" 2>&1 || { cat "$out/gpu32.log"; fail "fp32 GPU step"; }
-"$exe" --device cpu --precision fp32 --steps 1 --eval_every 1 --val_tokens 4096 --sample_tokens 0 --seq_len 64 \
+"$exe" --device cpu --precision fp32 --steps 2 --warmup_steps 1 --eval_every 2 --val_tokens 4096 --sample_tokens 0 --seq_len 64 \
   --micro_batch 8 --total_batch_size 1024 --out "$out/cpu32" >"$out/cpu32.log" 2>&1 || { cat "$out/cpu32.log"; fail "fp32 CPU step"; }
 python3 - "$out/gpu32/metrics.jsonl" "$out/cpu32/metrics.jsonl" <<'EOF' || fail "the GPU's first loss is not the CPU's"
 import json, sys
