@@ -95,7 +95,7 @@ AttentionRun run_fp32_attention(const Problem& p, const Inputs& raw, const Atten
     if (!work.empty())
       launch(flash::forward_kernel<float, DPT, TPR>, {grid(work, p.heads), block, 2 * flash::kKeyTile * L::kRow * sizeof(float)},
              g, work.data(), q, k, v, r.o.data(), r.lse.data());
-    launch(flash::output_dot_kernel<float>, {dim3(cuda::grid_for(rows)), dim3(cuda::kThreads), 0}, rows, p.dim, r.o.data(),
+    launch(flash::output_dot_kernel<float>, {dim3(cuda::grid_for(rows * 32)), dim3(cuda::kThreads), 0}, rows, p.dim, r.o.data(),
            grad_o, drow.data());
     if (work.empty()) return;
     launch(flash::key_value_grad_kernel<float, DPT, TPR>,

@@ -259,12 +259,17 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // ---- backward, step 0: D = rowsum(dO o O) per (token, head) -------------------------------------
+// One warp per row: lane l sums elements l, l + 32, ... (consecutive lanes read consecutive
+// addresses; one thread per row read rows dim apart), then the xor butterfly gives every lane the
+// same bits. Launch with a whole number of warps per block (grid_for(rows * 32)).
 template <class T>
 __global__ void output_dot_kernel(index_t rows, index_t dim, const T* o, const T* grad_o, T* drow) {
-  for (index_t r = global_thread(); r < rows; r += grid_stride()) {
+  const index_t lane = global_thread() % 32;
+  for (index_t r = global_thread() / 32; r < rows; r += grid_stride() / 32) {  // the same r in every lane of a warp
     T sum = 0;
-    for (index_t e = 0; e < dim; ++e) sum += grad_o[r * dim + e] * o[r * dim + e];
-    drow[r] = sum;
+    for (index_t e = lane; e < dim; e += 32) sum += grad_o[r * dim + e] * o[r * dim + e];
+    sum = row_sum<32>(sum);
+    if (lane == 0) drow[r] = sum;
   }
 }
 

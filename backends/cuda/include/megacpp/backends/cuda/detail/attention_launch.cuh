@@ -108,7 +108,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   const index_t rows = p.batch * p.seq * p.heads;
   const DeviceBuffer<T> drow_buffer(static_cast<std::size_t>(rows));  // D = rowsum(dO o O): (batch, seq, heads)
   T* drow = drow_buffer.get();
-  output_dot_kernel<T><<<grid_for(rows), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
+  output_dot_kernel<T><<<grid_for(rows * 32), kThreads, 0, kStream>>>(rows, p.head_dim, a.o, a.grad_o, drow);
   MEGACPP_CUDA_CHECK_LAUNCH(output_dot_kernel);
   stats.two_pass = true;
   with_row_layout(p.head_dim, [&]<int DPT, int TPR>() {
