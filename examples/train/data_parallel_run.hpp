@@ -22,8 +22,9 @@
 
 namespace megacpp::examples {
 
-/// The data-parallel side of a training run on `Comm` (see the file comment).
-template <class Comm, class B = Cpu>
+/// The data-parallel side of a training run on `Comm` (see the file comment), its parameters on
+/// backend B.
+template <class Comm, class B>
 class DataParallelRun {
  public:
   /// Shards `opt` under --zero1 and, at world > 1, broadcasts rank 0's parameters and installs
