@@ -14,13 +14,13 @@
 namespace megacpp::examples {
 
 /// Pretraining or SFT (trainer.hpp) of o.model with the Precision policy's products (Fp32 or
-/// Bf16Mixed), on every rank of `comm`; defined in trainer.hpp, instantiated in train_fp32.cpp
+/// Bf16Mixed), on every rank of `comm`; defined in backend_runs.hpp, instantiated in train_fp32.cpp
 /// and train_bf16.cpp.
 template <class Precision, class Comm>
 int train_in_precision(const TrainOptions& o, Comm& comm);
 
 /// The same run with the model and optimizer on the GPU (--device cuda), in one process: defined
-/// in trainer.hpp, instantiated in train_cuda_fp32.cu and train_cuda_bf16.cu (nvcc), which are built
+/// in backend_runs.hpp, instantiated in train_cuda_fp32.cu and train_cuda_bf16.cu (nvcc), which are built
 /// when the CUDA backend is (MEGACPP_TRAIN_CUDA).
 template <class Precision>
 int train_on_cuda(const TrainOptions& o, dist::SingleProcess& comm);

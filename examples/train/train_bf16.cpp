@@ -1,7 +1,6 @@
 // megacpp-train's bf16 runs (entry_points.hpp): the training loop of every model of the registry
 // with Bf16Mixed products, compiled apart from the other precision's so a build runs both at once.
-#include "entry_points.hpp"
-#include "trainer.hpp"
+#include "backend_runs.hpp"
 #ifdef MEGACPP_TRAIN_MPI
 #include "megacpp/dist/mpi.hpp"
 #endif

@@ -2,8 +2,7 @@
 // of the registry with its model and optimizer on the GPU, compiled by nvcc. The host side (data,
 // checkpoints, metrics, the CPU backend's reductions of host numbers) is the CPU runs' own code.
 #include "megacpp/backends/cuda.cuh"
-#include "entry_points.hpp"
-#include "trainer.hpp"
+#include "backend_runs.hpp"
 
 namespace megacpp::examples {
 template int train_on_cuda<Fp32>(const TrainOptions&, dist::SingleProcess&);

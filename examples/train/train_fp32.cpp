@@ -1,7 +1,6 @@
 // megacpp-train's fp32 runs (entry_points.hpp): the training loop of every model of the registry
 // with Fp32 products, compiled apart from the other precision's so a build runs both at once.
-#include "entry_points.hpp"
-#include "trainer.hpp"
+#include "backend_runs.hpp"
 #ifdef MEGACPP_TRAIN_MPI
 #include "megacpp/dist/mpi.hpp"
 #endif

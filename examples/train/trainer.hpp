@@ -484,36 +484,4 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
   return status;
 }
 
-/// Pretraining or SFT of o.model with the Precision policy's products, its model and optimizer on
-/// backend B. (A class rather than a generic lambda: one fewer thing for nvcc's front end.)
-template <class Precision, class B, class Comm>
-struct TrainOnBackend {
-  const TrainOptions& o;  ///< the run's options
-  Comm& comm;             ///< its ranks
-  /// Trains the registry's model on B with Precision's products.
-  template <class Model>
-  int operator()(std::type_identity<Model>, const ModelDefaults& d) const {
-    return train<typename Model::template with_precision<Precision>>(o, d, comm);
-  }
-};
-
-template <class Precision, class B, class Comm>
-int train_on_backend(const TrainOptions& o, Comm& comm) {
-  return with_model<B>(o.model, TrainOnBackend<Precision, B, Comm>{o, comm});
-}
-
-template <class Precision, class Comm>
-int train_in_precision(const TrainOptions& o, Comm& comm) {
-  return train_on_backend<Precision, Cpu>(o, comm);
-}
-
-#ifdef __CUDACC__  // train_cuda_*.cu: the CUDA backend is in the translation unit
-template <class Precision>
-int train_on_cuda(const TrainOptions& o, dist::SingleProcess& comm) {
-  check_flag(Cuda::device_available(), kTrainTool, "device", "cuda: no CUDA device is usable here (no GPU, or no "
-             "driver: nvidia-smi lists what the driver sees); train on the CPU with --device cpu");
-  return train_on_backend<Precision, Cuda>(o, comm);
-}
-#endif
-
 }  // namespace megacpp::examples
