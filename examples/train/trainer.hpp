@@ -10,6 +10,9 @@
 // the global batch in tokens is constant, so accumulation is recomputed, and a resumed run may
 // enter another phase.
 //
+// The model, its batches and the optimizer live on the model type's backend: Cpu, or Cuda under
+// --device cuda (backend_runs.hpp); the data, files and metrics are host-side either way.
+//
 // Before any work the options are checked (options.hpp), the shards' tokenizer is read from their
 // shards.json (BOS and FIM ids are never assumed), --out is proven writable and made safe for this
 // run (run_checkpoint.hpp). During the run a non-finite loss, gradient or parameter stops it with
