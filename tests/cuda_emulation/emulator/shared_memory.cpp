@@ -1,16 +1,17 @@
 // tests/cuda_emulation/emulator/shared_memory.cpp: see shared_memory.hpp. The alignments match the
-// kernels' declarations (GCC and Clang want a definition's alignment to match its declarations').
+// kernels' declarations (GCC and Clang want a definition's alignment to match its declarations'),
+// and they are thread_local as the shim's __shared__ makes the declarations.
 #include "emulator/shared_memory.hpp"
 
 #include "emulator/launch.hpp"
 
 // The bf16 tensor-core attention (detail/attention_mma.cuh): `tile_memory`, 128-byte aligned.
 namespace megacpp::cuda::flash::tensor_core {
-__attribute__((aligned(128))) unsigned char tile_memory[megacpp::cuda_emulation::kMaxDynamicShared];
+thread_local __attribute__((aligned(128))) unsigned char tile_memory[megacpp::cuda_emulation::kMaxDynamicShared];
 }
 // The fp32 attention (detail/attention.cuh): `shared_bytes`, 16-byte aligned.
 namespace megacpp::cuda::flash {
-__attribute__((aligned(16))) unsigned char shared_bytes[megacpp::cuda_emulation::kMaxDynamicShared];
+thread_local __attribute__((aligned(16))) unsigned char shared_bytes[megacpp::cuda_emulation::kMaxDynamicShared];
 }
 
 namespace megacpp::cuda_emulation {

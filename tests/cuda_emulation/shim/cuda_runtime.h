@@ -18,11 +18,13 @@
 // host expf stands in for it, so the emulated P differs from a GPU's in the last bits only.
 inline float __expf(float x) { return ::expf(x); }
 
-// Execution spaces and qualifiers: host code here. __shared__: see emulator/shared_memory.hpp.
+// Execution spaces and qualifiers: host code here. __shared__ is thread_local (see
+// emulator/shared_memory.hpp): a static one (block_reduce's `__shared__ T warp_results[32]`)
+// becomes one array for every fiber of the block, and `extern __shared__` names the dynamic arena.
 #define __global__
 #define __device__
 #define __host__
-#define __shared__
+#define __shared__ thread_local
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
@@ -80,6 +82,30 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32, const cha
   T out{};
   unsigned m = static_cast<unsigned>(lane_mask);
   emu::warp_rendezvous({"__shfl_xor_sync", nullptr, mask, file, line}, {&var, &out, &m, nullptr}, &emu::shuffle_xor<T>);
+  return out;
+}
+
+namespace megacpp::cuda_emulation {
+// Lane l receives the value of lane l + delta, or keeps its own where l + delta is past the warp
+// ("Warp Shuffle Functions"; width 32).
+template <class T>
+void shuffle_down(const LaneOperands (&lanes)[kWarpSize]) {
+  for (unsigned l = 0; l < kWarpSize; ++l) {
+    const unsigned source = l + *static_cast<const unsigned*>(lanes[l][2]);
+    *static_cast<T*>(lanes[l][1]) = *static_cast<const T*>(lanes[source < kWarpSize ? source : l][0]);
+  }
+}
+}  // namespace megacpp::cuda_emulation
+
+template <class T>
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, const char* file = __builtin_FILE(),
+                   unsigned line = __builtin_LINE()) {
+  namespace emu = ::megacpp::cuda_emulation;
+  static_assert(std::is_trivially_copyable_v<T>, "__shfl_down_sync: a trivially copyable value");
+  if (mask != 0xFFFFFFFFu || width != 32) emu::device_fail("__shfl_down_sync with a partial mask or width (full warps only)");
+  T out{};
+  emu::warp_rendezvous({"__shfl_down_sync", nullptr, mask, file, line}, {&var, &out, &delta, nullptr},
+                       &emu::shuffle_down<T>);
   return out;
 }
 

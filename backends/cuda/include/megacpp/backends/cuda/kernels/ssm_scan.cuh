@@ -1,15 +1,14 @@
 // megacpp/backends/cuda/kernels/ssm_scan.cuh: SsmScan<Cuda>, the SSM scan of Mamba-3 and Mamba-2
 // as the literal recurrence inside each chunk, parallel over (row, head, chunk) blocks with the
 // state and its gradient carried across chunks by one short pass each (detail/ssm/scan.cuh,
-// scan_chunks.cuh, scan_forward.cuh, scan_backward.cuh). Included by
+// scan_chunks.cuh, scan_forward.cuh, scan_backward.cuh; launched by scan_launch.cuh). Included by
 // megacpp/backends/cuda.cuh after `Cuda` is defined.
 #pragma once
 
 #include "megacpp/backends/cuda.cuh"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL
-#include "megacpp/backends/cuda/detail/ssm/scan_backward.cuh"
-#include "megacpp/backends/cuda/detail/ssm/scan_forward.cuh"
+#include "megacpp/backends/cuda/detail/ssm/scan_launch.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 namespace megacpp::kernels {

@@ -206,37 +206,4 @@ __global__ void scan_dD_kernel(index_t batch, index_t heads, index_t max_chunks,
   }
 }
 
-// Adds into every gradient of `grads` that is not null (dq, dk per head), given dy and the states
-// the forward saved.
-template <class T, class B>
-void scan_backward(const ScanParams& sh, const DocumentLayout<B>& docs, const kernels::ScanOperands<T>& in, const T* dy,
-                   const T* chunk_states, const kernels::ScanGradients<T>& grads) {
-  const char* op = "SsmScan<Cuda>::backward";
-  check_scan_sizes(op, sh, docs.doc_ids_host);
-  if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
-  if (!grads.q && !grads.k && !grads.v && !grads.log_alpha && !grads.gamma && !grads.shift && !grads.D) return;
-  check(chunk_states != nullptr, op, "needs the chunk states the forward saved (forward with chunk_states set)");
-  const DeviceChunks& chunks = device_chunks(op, sh, docs);
-  const ScanView<T> s{sh, in, chunks.device.get()};
-  const index_t items = s.chunk_items(), NP = s.state_size();
-  const DeviceBuffer<T> flows(static_cast<std::size_t>(items * NP));
-  const DeviceBuffer<T> decay(static_cast<std::size_t>(items));
-  scan_backward_local_kernel<T><<<grid_per_item(items), kThreads, 0, kStream>>>(s, dy, flows.get(), decay.get());
-  MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_local_kernel);
-  scan_backward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, flows.get(), decay.get());
-  MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_carry_kernel);
-  const index_t blocks = items < kBackwardChunkBlocks ? items : kBackwardChunkBlocks;
-  const index_t chunk_rows = sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq;
-  const DeviceBuffer<T> scratch(static_cast<std::size_t>(blocks * (chunk_rows + 2) * NP));
-  const DeviceBuffer<T> dD_parts(grads.D ? static_cast<std::size_t>(items) : 0);
-  const ScanBackwardArgs<T> a{dy, chunk_states, grads, flows.get(), dD_parts.get()};
-  scan_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, a, scratch.get(), chunk_rows);
-  MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_kernel);
-  if (grads.D) {
-    scan_dD_kernel<T><<<grid_for(sh.heads), kThreads, 0, kStream>>>(sh.batch, sh.heads, sh.max_chunks, dD_parts.get(),
-                                                                      grads.D);
-    MEGACPP_CUDA_CHECK_LAUNCH(scan_dD_kernel);
-  }
-}
-
 }  // namespace megacpp::cuda::ssm

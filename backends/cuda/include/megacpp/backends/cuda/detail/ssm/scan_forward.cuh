@@ -68,28 +68,4 @@ __global__ void scan_forward_kernel(ScanView<T> s, const T* entering, T* y, T* s
   }
 }
 
-// y (batch, seq, heads, R, P) and, when chunk_states is not null, the state entering each chunk
-// (batch, heads, max_chunks, N, P); a document's first chunk gets zeros (no state comes in).
-template <class T, class B>
-void scan_forward(const ScanParams& sh, const DocumentLayout<B>& docs, const kernels::ScanOperands<T>& in, T* y,
-                  T* chunk_states) {
-  const char* op = "SsmScan<Cuda>::forward";
-  check_scan_sizes(op, sh, docs.doc_ids_host);
-  if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
-  const DeviceChunks& chunks = device_chunks(op, sh, docs);
-  const ScanView<T> s{sh, in, chunks.device.get()};
-  const index_t items = s.chunk_items(), NP = s.state_size();
-  const DeviceBuffer<T> own_states(chunk_states ? 0 : static_cast<std::size_t>(items * NP));
-  T* states = chunk_states ? chunk_states : own_states.get();
-  const DeviceBuffer<T> decay(static_cast<std::size_t>(items));
-  scan_forward_local_kernel<T><<<grid_per_item(items), kThreads, 0, kStream>>>(s, states, decay.get());
-  MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_local_kernel);
-  scan_forward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, states, decay.get());
-  MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_carry_kernel);
-  const index_t blocks = items < kForwardChunkBlocks ? items : kForwardChunkBlocks;
-  const DeviceBuffer<T> scratch(static_cast<std::size_t>(blocks * NP));
-  scan_forward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, states, y, scratch.get());
-  MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_kernel);
-}
-
 }  // namespace megacpp::cuda::ssm
