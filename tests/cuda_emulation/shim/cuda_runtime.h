@@ -63,13 +63,28 @@ inline void __syncwarp(unsigned mask = 0xFFFFFFFFu, const char* file = __builtin
 }
 
 namespace megacpp::cuda_emulation {
-// Lane l receives the value of lane l ^ laneMask ("Warp Shuffle Functions"; width 32).
-template <class T>
-void shuffle_xor(const LaneOperands (&lanes)[kWarpSize]) {
+// The lane a shuffle's lane l reads, given its argument ("Warp Shuffle Functions"; width 32):
+// l ^ laneMask for __shfl_xor_sync; l + delta for __shfl_down_sync, or l itself past the warp.
+inline unsigned xor_source(unsigned lane, unsigned lane_mask) { return lane ^ (lane_mask & (kWarpSize - 1)); }
+inline unsigned down_source(unsigned lane, unsigned delta) { return delta < kWarpSize - lane ? lane + delta : lane; }
+
+// Every lane l receives the value of lane Source(l, its argument).
+template <class T, unsigned (*Source)(unsigned, unsigned)>
+void shuffle(const LaneOperands (&lanes)[kWarpSize]) {
   for (unsigned l = 0; l < kWarpSize; ++l) {
-    const unsigned source = l ^ (*static_cast<const unsigned*>(lanes[l][2]) & (kWarpSize - 1));
+    const unsigned source = Source(l, *static_cast<const unsigned*>(lanes[l][2]));
     *static_cast<T*>(lanes[l][1]) = *static_cast<const T*>(lanes[source][0]);
   }
+}
+
+// A full-warp shuffle called `name`: the whole warp meets here and each lane gets its value.
+template <class T, unsigned (*Source)(unsigned, unsigned)>
+T warp_shuffle(const char* name, unsigned mask, T var, unsigned argument, int width, const char* file, unsigned line) {
+  static_assert(std::is_trivially_copyable_v<T>, "a warp shuffle moves a trivially copyable value");
+  if (mask != 0xFFFFFFFFu || width != 32) device_fail(std::string(name) + " with a partial mask or width (full warps only)");
+  T out{};
+  warp_rendezvous({name, nullptr, mask, file, line}, {&var, &out, &argument, nullptr}, &shuffle<T, Source>);
+  return out;
 }
 }  // namespace megacpp::cuda_emulation
 
@@ -77,36 +92,15 @@ template <class T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32, const char* file = __builtin_FILE(),
                   unsigned line = __builtin_LINE()) {
   namespace emu = ::megacpp::cuda_emulation;
-  static_assert(std::is_trivially_copyable_v<T>, "__shfl_xor_sync: a trivially copyable value");
-  if (mask != 0xFFFFFFFFu || width != 32) emu::device_fail("__shfl_xor_sync with a partial mask or width (full warps only)");
-  T out{};
-  unsigned m = static_cast<unsigned>(lane_mask);
-  emu::warp_rendezvous({"__shfl_xor_sync", nullptr, mask, file, line}, {&var, &out, &m, nullptr}, &emu::shuffle_xor<T>);
-  return out;
+  return emu::warp_shuffle<T, &emu::xor_source>("__shfl_xor_sync", mask, var, static_cast<unsigned>(lane_mask), width,
+                                                file, line);
 }
-
-namespace megacpp::cuda_emulation {
-// Lane l receives the value of lane l + delta, or keeps its own where l + delta is past the warp
-// ("Warp Shuffle Functions"; width 32).
-template <class T>
-void shuffle_down(const LaneOperands (&lanes)[kWarpSize]) {
-  for (unsigned l = 0; l < kWarpSize; ++l) {
-    const unsigned source = l + *static_cast<const unsigned*>(lanes[l][2]);
-    *static_cast<T*>(lanes[l][1]) = *static_cast<const T*>(lanes[source < kWarpSize ? source : l][0]);
-  }
-}
-}  // namespace megacpp::cuda_emulation
 
 template <class T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, const char* file = __builtin_FILE(),
                    unsigned line = __builtin_LINE()) {
   namespace emu = ::megacpp::cuda_emulation;
-  static_assert(std::is_trivially_copyable_v<T>, "__shfl_down_sync: a trivially copyable value");
-  if (mask != 0xFFFFFFFFu || width != 32) emu::device_fail("__shfl_down_sync with a partial mask or width (full warps only)");
-  T out{};
-  emu::warp_rendezvous({"__shfl_down_sync", nullptr, mask, file, line}, {&var, &out, &delta, nullptr},
-                       &emu::shuffle_down<T>);
-  return out;
+  return emu::warp_shuffle<T, &emu::down_source>("__shfl_down_sync", mask, var, delta, width, file, line);
 }
 
 // ---- the runtime API names detail/check.cuh mentions (never called on a device path) ------------
