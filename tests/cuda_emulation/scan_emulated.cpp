@@ -41,7 +41,7 @@ void forward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const k
   std::vector<float> decay = device_scratch(items);
   launch(ssm::scan_forward_local_kernel<float>, per_item(items), s, chunk_states, decay.data());
   launch(ssm::scan_forward_carry_kernel<float>, strided(sh.batch * sh.heads * NP), s, chunk_states, decay.data());
-  const index_t blocks = items < ssm::kForwardChunkBlocks ? items : ssm::kForwardChunkBlocks;
+  const index_t blocks = ssm::forward_chunk_blocks(items);
   std::vector<float> scratch = device_scratch(blocks * NP);
   launch(ssm::scan_forward_kernel<float>, blocks_of(blocks), s, chunk_states, y, scratch.data());
 }
@@ -54,8 +54,8 @@ void backward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const 
   std::vector<float> flows = device_scratch(items * NP), decay = device_scratch(items);
   launch(ssm::scan_backward_local_kernel<float>, per_item(items), s, dy, flows.data(), decay.data());
   launch(ssm::scan_backward_carry_kernel<float>, strided(sh.batch * sh.heads * NP), s, flows.data(), decay.data());
-  const index_t blocks = items < ssm::kBackwardChunkBlocks ? items : ssm::kBackwardChunkBlocks;
-  const index_t chunk_rows = sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq;
+  const index_t blocks = ssm::backward_chunk_blocks(items);
+  const index_t chunk_rows = ssm::backward_chunk_rows(sh);
   std::vector<float> scratch = device_scratch(blocks * (chunk_rows + 2) * NP);
   std::vector<float> dD_parts = device_scratch(grads.D ? items : 0);
   const ssm::ScanBackwardArgs<float> a{dy, chunk_states, grads, flows.data(), dD_parts.data()};

@@ -70,6 +70,12 @@ using kernels::ScanParams;
 inline constexpr index_t kForwardChunkBlocks = 3 * 132;
 inline constexpr index_t kBackwardChunkBlocks = 2 * 132;
 
+// The host-side sizes of the launches (scan_launch.cuh, and the emulation that mirrors it):
+// pass 3's blocks for `items` chunk items, and the backward's rows of states per block.
+inline index_t forward_chunk_blocks(index_t items) { return items < kForwardChunkBlocks ? items : kForwardChunkBlocks; }
+inline index_t backward_chunk_blocks(index_t items) { return items < kBackwardChunkBlocks ? items : kBackwardChunkBlocks; }
+inline index_t backward_chunk_rows(const ScanParams& sh) { return sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq; }
+
 // What every thread of a scan kernel reads. chunks: (batch, max_chunks) on the device, each row's
 // plan_row_chunks in order, padded with length-0 entries.
 template <class T>

@@ -33,7 +33,7 @@ void scan_forward(const ScanParams& sh, const DocumentLayout<B>& docs, const ker
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_local_kernel);
   scan_forward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, states, decay.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_carry_kernel);
-  const index_t blocks = items < kForwardChunkBlocks ? items : kForwardChunkBlocks;
+  const index_t blocks = forward_chunk_blocks(items);
   const DeviceBuffer<T> scratch(static_cast<std::size_t>(blocks * NP));
   scan_forward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, kStream>>>(s, states, y, scratch.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_forward_kernel);
@@ -58,8 +58,8 @@ void scan_backward(const ScanParams& sh, const DocumentLayout<B>& docs, const ke
   MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_local_kernel);
   scan_backward_carry_kernel<T><<<grid_for(sh.batch * sh.heads * NP), kThreads, 0, kStream>>>(s, flows.get(), decay.get());
   MEGACPP_CUDA_CHECK_LAUNCH(scan_backward_carry_kernel);
-  const index_t blocks = items < kBackwardChunkBlocks ? items : kBackwardChunkBlocks;
-  const index_t chunk_rows = sh.chunk_size < sh.seq ? sh.chunk_size : sh.seq;
+  const index_t blocks = backward_chunk_blocks(items);
+  const index_t chunk_rows = backward_chunk_rows(sh);
   const DeviceBuffer<T> scratch(static_cast<std::size_t>(blocks * (chunk_rows + 2) * NP));
   const DeviceBuffer<T> dD_parts(grads.D ? static_cast<std::size_t>(items) : 0);
   const ScanBackwardArgs<T> a{dy, chunk_states, grads, flows.get(), dD_parts.get()};
