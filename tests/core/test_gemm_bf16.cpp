@@ -8,8 +8,6 @@
 // whatever the row count, the rows beside it and the thread count.
 #include <catch2/catch.hpp>
 
-#include <omp.h>
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +19,8 @@
 #include "support/gemm_testing.hpp"
 
 using namespace megacpp;
-using megacpp::testing::a_size, megacpp::testing::b_size, megacpp::testing::c_size, megacpp::testing::make_args;
+using megacpp::testing::a_size, megacpp::testing::b_size, megacpp::testing::c_size, megacpp::testing::make_args,
+    megacpp::testing::require_rows_independent;
 using cpu::Bf16GemmPath;
 
 namespace {
@@ -204,25 +203,9 @@ TEST_CASE("gemm_bf16: a row of C depends only on its row of op(A), bitwise (row 
         INFO("path " << cpu::bf16_gemm_path_name(path) << " ta " << ta << " tb " << tb);
         const GemmArgs g = make_args(m, n, k, ta, tb, 0);
         const auto A = operand(a_size(g), 6, false), B = operand(b_size(g), 7, false);
-        auto rows_of = [&](index_t first, index_t count, int threads) {
-          omp_set_num_threads(threads);
-          GemmArgs part = g;
-          part.m = count;
-          const bf16* a = ta ? A.data() + first : A.data() + first * g.lda;
-          std::vector<float> C(static_cast<std::size_t>(count * n));
-          cpu::gemm_bf16(part, 1.0f, a, B.data(), 0.0f, C.data(), path);
-          omp_set_num_threads(2);
-          return C;
-        };
-        const auto all_two = rows_of(0, m, 2), all_one = rows_of(0, m, 1);
-        REQUIRE(std::memcmp(all_two.data(), all_one.data(), all_two.size() * sizeof(float)) == 0);
-        const index_t first = 37, count = 101;
-        const auto part = rows_of(first, count, 2);
-        REQUIRE(std::memcmp(part.data(), all_two.data() + first * n, part.size() * sizeof(float)) == 0);
-        for (index_t i : {index_t{0}, index_t{5}, index_t{97}, m - 1}) {
-          const auto row = rows_of(i, 1, 2);
-          REQUIRE(std::memcmp(row.data(), all_two.data() + i * n, row.size() * sizeof(float)) == 0);
-        }
+        require_rows_independent(g, [&](const GemmArgs& part, index_t a_offset, float* c) {
+          cpu::gemm_bf16(part, 1.0f, A.data() + a_offset, B.data(), 0.0f, c, path);
+        });
       }
 }
 
