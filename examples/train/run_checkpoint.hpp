@@ -41,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "megacpp/backends/cpu.hpp"
 #include "megacpp/data/loader.hpp"
 #include "megacpp/data/mixture.hpp"
 #include "megacpp/data/shard_meta.hpp"
@@ -410,7 +411,6 @@ fs::path save_checkpoint(const fs::path& out, Model& model, Opt& opt, const Trai
 template <class Model, class Opt, class Comm>
 fs::path save_sharded_checkpoint(const fs::path& out, Model& model, Opt& opt, const TrainingState& state, Comm& comm,
                                  int keep = 2, int pause_ms = 0) {
-  using B = typename Opt::backend_type;
   const int rank = comm.rank(), world = comm.size();
   check(opt.shard_world() == world, "save_sharded_checkpoint", "the optimizer is sharded over ", opt.shard_world(),
         " ranks, the communicator has ", world);
@@ -421,7 +421,9 @@ fs::path save_sharded_checkpoint(const fs::path& out, Model& model, Opt& opt, co
     fs::remove_all(detail::checkpoint_temp_dir(out, state.step, pid));
     fs::create_directories(detail::checkpoint_temp_dir(out, state.step, pid));
   }
-  comm.template broadcast<std::int64_t, B>(&pid, 1, 0);  // after rank 0 created the directory
+  // Host numbers (the pid, the shards' sizes and checksums): the CPU backend's memory, whatever
+  // backend the optimizer's state lives on, as the trainer's other host sums.
+  comm.template broadcast<std::int64_t, Cpu>(&pid, 1, 0);  // after rank 0 created the directory
   const fs::path tmp = detail::checkpoint_temp_dir(out, state.step, pid);
   const auto write_shards = [&](const fs::path& dir) {
     const io::OptimizerShardFile mine =
@@ -431,7 +433,7 @@ fs::path save_sharded_checkpoint(const fs::path& out, Model& model, Opt& opt, co
     std::vector<std::int64_t> digests(2 * static_cast<std::size_t>(world), 0);
     digests[2 * static_cast<std::size_t>(rank)] = static_cast<std::int64_t>(mine.bytes);
     digests[2 * static_cast<std::size_t>(rank) + 1] = static_cast<std::int64_t>(mine.fnv1a64);
-    comm.template all_reduce<std::int64_t, B>(digests.data(), 2 * world, dist::ReduceOp::sum);
+    comm.template all_reduce<std::int64_t, Cpu>(digests.data(), 2 * world, dist::ReduceOp::sum);
     std::vector<io::OptimizerShardFile> shards;
     for (int r = 0; r < world; ++r)
       shards.push_back({r, io::optimizer_shard_name(r, world), static_cast<std::uint64_t>(digests[2 * static_cast<std::size_t>(r)]),
