@@ -12,7 +12,12 @@
 // arXiv 2407.08608, figure 5). The fp32 kernel runs on the CUDA cores, whose H100 SXM peak is
 // 67 TFLOP/s, so it prints its fraction of both; the bf16 kernels (same inputs, fp32 in memory,
 // tiles rounded to bf16 in shared memory) print theirs of FlashAttention-2 and their speedup.
+//
+//   bench_attention_cuda                 every case, then the JSON line
+//   bench_attention_cuda CASE [CASE...]  only the named cases' rows (e.g. bf16_d128_docs8, for a
+//                                        profiler: ncu --print-summary per-kernel), no JSON line
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "attention/attention_problem.cuh"
@@ -54,21 +59,53 @@ Result run(index_t batch, index_t seq, index_t heads, index_t dim, index_t docs_
   return r;
 }
 
+void print_row(const char* name, const Result& r) {
+  std::printf("  %-22s %10.3f %12.2f %12.3f %14.2f\n", name, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops);
+}
+
+// The named cases: {name, head_dim, documents per row, bf16}.
+struct Case {
+  const char* name;
+  index_t dim, docs;
+  bool bf16;
+};
+constexpr Case kCases[] = {{"fp32_d128_docs1", 128, 1, false}, {"fp32_d128_docs8", 128, 8, false},
+                           {"fp32_d64_docs1", 64, 1, false},   {"fp32_d64_docs8", 64, 8, false},
+                           {"bf16_d128_docs1", 128, 1, true},  {"bf16_d128_docs8", 128, 8, true},
+                           {"bf16_d64_docs1", 64, 1, true},    {"bf16_d64_docs8", 64, 8, true}};
+
+// Runs only the cases named on the command line; false (and the list) for a name it does not know.
+bool run_named(int argc, char** argv) {
+  std::printf("\n  %-22s %10s %12s %12s %14s\n", "case", "fwd ms", "fwd TFLOP/s", "f+b ms", "f+b TFLOP/s");
+  for (int i = 1; i < argc; ++i) {
+    const Case* found = nullptr;
+    for (const Case& c : kCases)
+      if (std::strcmp(c.name, argv[i]) == 0) found = &c;
+    if (!found) {
+      std::fprintf(stderr, "bench_attention_cuda: no case named '%s'; the cases:", argv[i]);
+      for (const Case& c : kCases) std::fprintf(stderr, " %s", c.name);
+      std::fprintf(stderr, "\n");
+      return false;
+    }
+    print_row(found->name, run(2, 4096, 16, found->dim, found->docs, found->bf16));
+  }
+  return true;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   if (!bench::cuda_bench_start("attention_cuda",
                                "FusedAttention<Cuda> fp32 and bf16 (CudaBf16Attention), causal, batch 2 x seq 4096, "
                                "16 heads, head_dim 128 and 64, docs1 and docs8 (8 x 512 tokens per row)"))
     return 0;
+  if (argc > 1) return run_named(argc, argv) ? 0 : 2;
   const Result d128 = run(2, 4096, 16, 128, 1), d128_docs8 = run(2, 4096, 16, 128, 8);
   const Result d64 = run(2, 4096, 16, 64, 1), d64_docs8 = run(2, 4096, 16, 64, 8);
   const Result b128 = run(2, 4096, 16, 128, 1, true), b128_docs8 = run(2, 4096, 16, 128, 8, true);
   const Result b64 = run(2, 4096, 16, 64, 1, true), b64_docs8 = run(2, 4096, 16, 64, 8, true);
   std::printf("\n  %-22s %10s %12s %12s %14s\n", "case", "fwd ms", "fwd TFLOP/s", "f+b ms", "f+b TFLOP/s");
-  auto row = [](const char* name, const Result& r) {
-    std::printf("  %-22s %10.3f %12.2f %12.3f %14.2f\n", name, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops);
-  };
+  const auto& row = print_row;
   row("d128 docs1", d128);
   row("d128 docs8", d128_docs8);
   row("d64 docs1", d64);
