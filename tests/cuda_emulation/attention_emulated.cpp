@@ -7,6 +7,7 @@
 // device memory.
 #include "attention_emulated.hpp"
 
+#include <cstring>
 #include <limits>
 
 #include "device_code.hpp"
@@ -42,14 +43,24 @@ dim3 grid(const std::vector<flash::WorkTile>& work, index_t heads) {
 
 namespace {
 // Mirrors tensor_core::Bf16Rows (attention_mma_launch.cuh): the bf16 copy the kernels read.
-std::vector<__nv_bfloat16> bf16_rows(const std::vector<float>& src, index_t dim) {
-  const index_t rows = static_cast<index_t>(src.size()) / dim, width = tc::bf16_row_width(dim);
+std::vector<__nv_bfloat16> bf16_rows(const float* src, index_t rows, index_t dim) {
+  const index_t width = tc::bf16_row_width(dim);
   std::vector<__nv_bfloat16> copy(static_cast<std::size_t>(rows * width));
-  launch(tc::to_bf16_rows_kernel<float>, {dim3(cuda::grid_for(rows * width)), dim3(cuda::kThreads), 0}, rows, dim, width,
-         src.data(), copy.data());
+  launch(tc::to_bf16_rows_kernel<float>, {dim3(cuda::grid_for(tc::bf16_row_pieces(rows, width))), dim3(cuda::kThreads), 0},
+         rows, dim, width, src, copy.data());
   return copy;
 }
+std::vector<__nv_bfloat16> bf16_rows(const std::vector<float>& src, index_t dim) {
+  return bf16_rows(src.data(), static_cast<index_t>(src.size()) / dim, dim);
+}
 }  // namespace
+
+std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, index_t dim) {
+  const std::vector<__nv_bfloat16> copy = bf16_rows(src, rows, dim);
+  std::vector<std::uint16_t> bits(copy.size());
+  for (std::size_t i = 0; i < copy.size(); ++i) std::memcpy(&bits[i], &copy[i], sizeof(std::uint16_t));
+  return bits;
+}
 
 AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults) {
   const flash::Geometry<float> g = geometry(p);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "cuda/attention_bf16_cases.hpp"
@@ -25,6 +26,11 @@ struct LaunchFaults {
 /// forward's o and lse with grad_o, the gradients added into `initial`'s dq, dk, dv.
 AttentionRun run_bf16_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
                                 const AttentionRun& initial, const LaunchFaults& faults = {});
+
+/// The bits of the bf16 copy the tensor-core kernels read of `rows` rows of `dim` floats at `src`
+/// (to_bf16_rows_kernel launched as tensor_core::Bf16Rows launches it): rows of
+/// bf16_row_width(dim), zero past dim.
+std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, index_t dim);
 
 /// The fp32 CUDA-core attention (detail/attention.cuh) as detail/attention_launch.cuh launches it.
 AttentionRun run_fp32_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,

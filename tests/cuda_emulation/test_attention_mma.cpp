@@ -6,10 +6,14 @@
 // tagged [large] are left out under the sanitizers (tests/cuda_emulation/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "attention_checks.hpp"
 #include "emulator/options.hpp"
+#include "megacpp/core/dtypes.hpp"
+#include "megacpp/core/random.hpp"
 
 namespace megacpp::cuda_emulation {
 namespace {
@@ -52,6 +56,35 @@ TEST_CASE("emulated bf16 attention, case 3: d50 (scalar loads), GQA 4:1, window 
 TEST_CASE("emulated bf16 attention, case 4: d80, GQA 2:1, padding at the end", "[attention_mma]") { check_case(4); }
 TEST_CASE("emulated bf16 attention, case 5: d8, 8 documents of 20", "[attention_mma]") { check_case(5); }
 TEST_CASE("emulated bf16 attention, case 6: d32, window 7, softcap 2", "[attention_mma]") { check_case(6); }
+
+// The copies every kernel reads (to_bf16_rows_kernel): each element rounded to nearest even, as
+// megacpp::bf16 rounds on the host, bit for bit; zero columns from dim to the next multiple of 8;
+// the same bits through the float4 loads (dim a multiple of 4, src 16-byte aligned) and the scalar
+// ones (any other dim, or a src one float off the alignment).
+TEST_CASE("the bf16 copies of q, k, v and dO round each element to nearest even and pad with zeros",
+          "[attention_mma]") {
+  Rng rng(77);
+  for (const index_t dim : {1, 3, 8, 50, 64, 100, 128}) {
+    for (const index_t offset : {0, 1}) {
+      const index_t rows = 37, width = (dim + 7) / 8 * 8;
+      std::vector<float> storage(static_cast<std::size_t>(rows * dim + 4));
+      for (float& x : storage) x = static_cast<float>(rng.normal()) * 3.0f;
+      storage[static_cast<std::size_t>(offset)] = 1.0f + 1.0f / 256.0f;  // a tie: rounds to even (1.0)
+      const float* src = storage.data() + offset;
+      INFO("dim " << dim << ", src offset " << offset << " floats");
+      const std::vector<std::uint16_t> got = emulated_bf16_rows(src, rows, dim);
+      REQUIRE(got.size() == static_cast<std::size_t>(rows * width));
+      int wrong = 0;
+      for (index_t r = 0; r < rows; ++r)
+        for (index_t e = 0; e < width; ++e) {
+          const std::uint16_t want = e < dim ? bf16(src[r * dim + e]).bits : std::uint16_t{0};
+          wrong += got[static_cast<std::size_t>(r * width + e)] != want;
+        }
+      CHECK(wrong == 0);
+      CHECK(got[0] == bf16(1.0f).bits);
+    }
+  }
+}
 
 TEST_CASE("the case list is the one the tests above cover", "[attention_mma]") {
   CHECK(attention_bf16_test::problems().size() == 7);

@@ -33,7 +33,7 @@
 // it by two xor shuffles (the same bits in all four). P and dS go from the accumulators to the
 // next product's A operand without leaving registers (FlashAttention-2's layout of the same
 // instruction). dK, dV and dQ are never rescaled: they stay in registers for the whole block and
-// are added to global memory from there, one writer per element.
+// are added to global memory at its end through shared memory (add_tile), one writer per element.
 //
 // Head dimensions: the kernels are instantiated for a padded width D of 64 and 128; head_dim
 // 1..128 runs, zero padded to the next of those (the zero columns add nothing to any product and
@@ -117,14 +117,30 @@ __device__ attention::TileRange begin_key_step(const Shared& sh, const Geometry<
   return steps.keys(s);
 }
 
-// Rounds rows of `dim` floats to bf16 rows of `width` (>= dim, a multiple of 8) with zero columns
-// from dim on: the copies of q, k, v and dO the kernels read (stage_rows). (A template, as every
-// kernel of a header: a plain __global__ defined here would be defined again by every .cu file.)
+// Rounds rows of `dim` floats to bf16 rows of `width` (>= dim, a multiple of kRowAlign = 8) with
+// zero columns from dim on: the copies of q, k, v and dO the kernels read (stage_rows). One thread
+// per 8 outputs (one 16-byte store; two float4 loads where dim is a multiple of 4 and src is 16-byte
+// aligned), so the copy runs near the memory's bandwidth; launch over bf16_row_pieces(rows, width)
+// threads. (A template, as every kernel of a header: a plain __global__ defined here would be
+// defined again by every .cu file.)
 template <class T>
 __global__ void to_bf16_rows_kernel(index_t rows, index_t dim, index_t width, const T* src, nv_bf16* dst) {
-  for (index_t idx = global_thread(); idx < rows * width; idx += grid_stride()) {
-    const index_t r = idx / width, e = idx % width;
-    dst[idx] = __float2bfloat16_rn(e < dim ? static_cast<float>(src[r * dim + e]) : 0.0f);
+  const index_t pieces_per_row = width / kRowAlign;
+  const bool vector_loads =
+      std::is_same_v<T, float> && dim % 4 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0;
+  for (index_t idx = global_thread(); idx < rows * pieces_per_row; idx += grid_stride()) {
+    const index_t r = idx / pieces_per_row, e0 = idx % pieces_per_row * kRowAlign;
+    const T* from = src + r * dim + e0;
+    float x[kRowAlign];
+    if (vector_loads && e0 + kRowAlign <= dim) {
+      const float4 lo = reinterpret_cast<const float4*>(from)[0], hi = reinterpret_cast<const float4*>(from)[1];
+      x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < kRowAlign; ++e) x[e] = e0 + e < dim ? static_cast<float>(from[e]) : 0.0f;
+    }
+    reinterpret_cast<uint4*>(dst)[idx] = uint4{pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
+                                               pack_bf16(x[6], x[7])};
   }
 }
 
@@ -346,10 +362,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     strip_product<D, kQueryStep, BTile::rows_are_k>(dv, pt, sh.grad_o[step], QTile::kLd);
     strip_product<D, kQueryStep, BTile::rows_are_k>(dk, dst, sh.q[step], QTile::kLd);
   }
-  const index_t first = ks + warp * kStripRows;
-  const int count = static_cast<int>(ke - first);  // rows of this strip inside the tile (may be <= 0)
-  if (grad_k) add_strip<D>(grad_k, dk, w.b, w.start, first, count, g.seq, g.kv_heads, kvh, g.dim, g.scale);
-  if (grad_v) add_strip<D>(grad_v, dv, w.b, w.start, first, count, g.seq, g.kv_heads, kvh, g.dim, 1.0f);
+  const int count = static_cast<int>(ke - ks);
+  if (grad_k) add_tile<D>(sh.accumulators, grad_k, dk, w.b, w.start, ks, count, g.seq, g.kv_heads, kvh, g.dim, g.scale);
+  if (grad_v) add_tile<D>(sh.accumulators, grad_v, dv, w.b, w.start, ks, count, g.seq, g.kv_heads, kvh, g.dim, 1.0f);
 }
 
 // ---- backward, pass 2: dQ; one block per (document query tile, query head) ------------------------
@@ -409,8 +424,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     to_operand<kKeyStep>(ds, dp);
     strip_product<D, kKeyStep, BTile::rows_are_k>(dq, ds, sh.k[step], KTile::kLd);
   }
-  add_strip<D>(grad_q, dq, w.b, w.start, qs + warp * kStripRows, rows - warp * kStripRows, g.seq, g.heads, h, g.dim,
-               g.scale);
+  add_tile<D>(sh.accumulators, grad_q, dq, w.b, w.start, qs, rows, g.seq, g.heads, h, g.dim, g.scale);
 }
 
 }  // namespace megacpp::cuda::flash::tensor_core

@@ -69,7 +69,7 @@ class Bf16Rows {
  public:
   Bf16Rows(const float* src, index_t rows, index_t dim)
       : width_(bf16_row_width(dim)), copy_(static_cast<std::size_t>(rows * width_)) {
-    to_bf16_rows_kernel<float><<<grid_for(rows * width_), kThreads, 0, kStream>>>(rows, dim, width_, src, copy_.get());
+    to_bf16_rows_kernel<float><<<grid_for(bf16_row_pieces(rows, width_)), kThreads, 0, kStream>>>(rows, dim, width_, src, copy_.get());
     MEGACPP_CUDA_CHECK_LAUNCH(to_bf16_rows_kernel);
   }
   const nv_bf16* get() const { return copy_.get(); }

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
 #include "megacpp/backends/cuda/detail/ptx.cuh"
@@ -169,6 +170,8 @@ __device__ inline void strip_product(Strip<N>& c, const OperandStrip<K>& a, cons
 // rounded up to 8 with zero columns, so every row is whole 16-byte pieces that cp.async copies.
 inline constexpr index_t kRowAlign = 8;
 __host__ __device__ constexpr index_t bf16_row_width(index_t dim) { return (dim + kRowAlign - 1) / kRowAlign * kRowAlign; }
+// The threads of to_bf16_rows_kernel (attention_mma.cuh): one per 8 elements of the copy.
+__host__ __device__ constexpr index_t bf16_row_pieces(index_t rows, index_t width) { return rows * width / kRowAlign; }
 
 // Starts copying rows [first, first + count) of head `head` of a (batch, seq, n_heads, width)
 // bf16 tensor (document row b, positions from `start`) into a (Rows, D) shared tile of leading
@@ -199,25 +202,88 @@ __device__ inline void stage_row_values(float* row_values, const float* src, ind
   }
 }
 
-// Adds factor * (a warp's 16 x D accumulator strip) into rows [first, first + count) of head `head`
-// of a (batch, seq, n_heads, dim) tensor, straight from the registers: rows at or beyond `count`,
-// and the padding columns at or beyond dim, are skipped. Each element has one writer.
+// ---- writing the accumulators back --------------------------------------------------------------
+// dK, dV and dQ leave the registers through shared memory: each warp stores its strip's fragments
+// into an fp32 (kTileRows, D) tile, then the whole block adds the tile to global memory row by
+// row. Straight from the fragments, a warp's access would touch 8 rows x 32 bytes per instruction
+// (half of each sector wasted) and nvcc issues the read-modify-writes one after another (it cannot
+// prove that two rows' addresses differ): a long latency per element that left the dK/dV and dQ
+// blocks of short documents waiting on memory for most of their time. Coalesced rows, with every
+// load of a batch issued before its stores, fix both (the way FlashAttention-2's kernels write O,
+// dQ, dK and dV back through shared memory).
+//
+// The tile overlays the start of the kernel's shared plan, which the block no longer reads once
+// its steps are done. Rows are padded by 8 floats: a warp's float2 stores of rows g = 0..7 at
+// columns 8n + 2t then start 8 banks apart, two wavefronts per store, the minimum for 256 bytes.
 template <int D>
-__device__ inline void add_strip(float* dst, const Strip<D>& c, index_t b, index_t start, index_t first, int count,
-                                 index_t seq, index_t n_heads, index_t head, index_t dim, float factor) {
-  const FragmentPlace at;
+struct AccumulatorTile {
+  static constexpr int kLd = D + 8;
+  static constexpr std::size_t kBytes = sizeof(float) * kTileRows * kLd;
+};
+
+// Loads per batch of the tile's read-modify-write: all of a batch's loads are issued before its
+// stores, so their latencies overlap.
+inline constexpr int kAddBatch = 8;
+
+// Adds tile rows [0, count), columns [0, dim) into dst_row(r)[0, dim), V floats per access
+// (V = 4: float4, for a dim that is a multiple of 4 and a 16-byte aligned dst; else V = 1).
+template <int D, int V, class RowAddress>
+__device__ inline void add_staged_tile(const float* tile, int count, index_t dim, RowAddress dst_row) {
+  using Vec = std::conditional_t<V == 4, float4, float>;
+  constexpr int kPerRow = D / V, kPerThread = kTileRows * kPerRow / kBlockThreads;
+  static_assert(kPerThread % kAddBatch == 0, "megacpp_mma_epilogue: whole batches per thread");
+  const int row_vectors = static_cast<int>(dim / V);
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = at.g + 8 * half;
-    if (row >= count) continue;
-    float* out = dst + ((b * seq + start + first + row) * n_heads + head) * dim;
+  for (int batch = 0; batch < kPerThread; batch += kAddBatch) {
+    Vec old[kAddBatch];
+    Vec* where[kAddBatch];
+    bool live[kAddBatch];
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int col = 8 * n + 2 * at.t;
-      if (col < dim) out[col] += factor * c[n][2 * half];
-      if (col + 1 < dim) out[col + 1] += factor * c[n][2 * half + 1];
+    for (int i = 0; i < kAddBatch; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + (batch + i) * kBlockThreads, r = idx / kPerRow, c = idx % kPerRow;
+      live[i] = r < count && c < row_vectors;
+      where[i] = reinterpret_cast<Vec*>(dst_row(r)) + c;
+      if (live[i]) old[i] = *where[i];
+    }
+#pragma unroll
+    for (int i = 0; i < kAddBatch; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + (batch + i) * kBlockThreads, r = idx / kPerRow, c = idx % kPerRow;
+      if (!live[i]) continue;
+      const float* from = tile + r * AccumulatorTile<D>::kLd + c * V;
+      if constexpr (V == 4) {
+        old[i].x += from[0];
+        old[i].y += from[1];
+        old[i].z += from[2];
+        old[i].w += from[3];
+      } else {
+        old[i] += from[0];
+      }
+      *where[i] = old[i];
     }
   }
+}
+
+// Adds factor * (the block's (kTileRows, D) accumulators, warp w's strip in rows
+// [16w, 16w + 16)) into rows [first, first + count) of head `head` of a (batch, seq, n_heads, dim)
+// tensor: rows at or beyond `count`, and the padding columns at or beyond dim, are skipped. Each
+// element has one writer. Every thread of the block calls it (it holds two barriers); `tile` is
+// AccumulatorTile<D>::kBytes of shared memory that no warp reads any more.
+template <int D>
+__device__ inline void add_tile(float* tile, float* dst, const Strip<D>& c, index_t b, index_t start, index_t first,
+                                int count, index_t seq, index_t n_heads, index_t head, index_t dim, float factor) {
+  const FragmentPlace at;
+  const int strip_row = static_cast<int>(threadIdx.x / 32) * kStripRows + at.g;
+  __syncthreads();  // every warp is done with what the tile overlays (the last step's operands, an earlier tile)
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(tile + (strip_row + 8 * half) * AccumulatorTile<D>::kLd + 8 * n + 2 * at.t) =
+          float2{factor * c[n][2 * half], factor * c[n][2 * half + 1]};
+  __syncthreads();
+  auto dst_row = [&](int r) { return dst + ((b * seq + start + first + r) * n_heads + head) * dim; };
+  if (dim % 4 == 0 && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) add_staged_tile<D, 4>(tile, count, dim, dst_row);
+  else add_staged_tile<D, 1>(tile, count, dim, dst_row);
 }
 
 // ---- the shared-memory plans of the three kernels (host and device) ----------------------------
@@ -250,6 +316,7 @@ struct KeyValueShared {
   nv_bf16 *k, *v;
   TwoCopies<nv_bf16> q, grad_o;
   TwoCopies<float> lse, drow;
+  float* accumulators;  // AccumulatorTile<D> over the start of the plan, once the steps are done
   std::size_t bytes;
   __host__ __device__ explicit KeyValueShared(unsigned char* base) {
     SharedCarver c{reinterpret_cast<std::uintptr_t>(base)};
@@ -258,7 +325,8 @@ struct KeyValueShared {
     for (nv_bf16** copy : {&q.first, &q.second, &grad_o.first, &grad_o.second})
       *copy = c.take<nv_bf16>(Bf16Tile<kQueryStep, D>::kBytes);
     for (float** copy : {&lse.first, &lse.second, &drow.first, &drow.second}) *copy = c.take<float>(kQueryStep * sizeof(float));
-    bytes = c.used;
+    accumulators = reinterpret_cast<float*>(base);
+    bytes = c.used > AccumulatorTile<D>::kBytes ? c.used : AccumulatorTile<D>::kBytes;
   }
 };
 
@@ -268,6 +336,7 @@ struct QueryShared {
   nv_bf16 *q, *grad_o;
   TwoCopies<nv_bf16> k, v;
   float *lse, *drow;
+  float* accumulators;  // AccumulatorTile<D> over the start of the plan, once the steps are done
   std::size_t bytes;
   __host__ __device__ explicit QueryShared(unsigned char* base) {
     SharedCarver c{reinterpret_cast<std::uintptr_t>(base)};
@@ -276,7 +345,8 @@ struct QueryShared {
     lse = c.take<float>(kTileRows * sizeof(float));
     drow = c.take<float>(kTileRows * sizeof(float));
     for (nv_bf16** copy : {&k.first, &k.second, &v.first, &v.second}) *copy = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
-    bytes = c.used;
+    accumulators = reinterpret_cast<float*>(base);
+    bytes = c.used > AccumulatorTile<D>::kBytes ? c.used : AccumulatorTile<D>::kBytes;
   }
 };
 
