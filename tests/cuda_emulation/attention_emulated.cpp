@@ -62,7 +62,8 @@ std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, in
   return bits;
 }
 
-AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults) {
+AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults,
+                                const GradientsWanted& wanted) {
   const flash::Geometry<float> g = geometry(p);
   AttentionRun r = prepared(p, initial);
   // Mirrors tensor_core::forward and backward (attention_mma_launch.cuh).
@@ -83,11 +84,13 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
          width, r.o.data(), grad_o.data(), drow.data());
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {
-    launch(tc::key_value_grad_kernel<D>, {grid(work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g,
-           work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dk.data(),
-           r.dv.data());
-    launch(tc::query_grad_kernel<D>, {grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g, work.data(),
-           width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dq.data());
+    if (wanted.k || wanted.v)
+      launch(tc::key_value_grad_kernel<D>, {grid(work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g,
+             work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(),
+             wanted.k ? r.dk.data() : nullptr, wanted.v ? r.dv.data() : nullptr);
+    if (wanted.q)
+      launch(tc::query_grad_kernel<D>, {grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g,
+             work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dq.data());
   });
   return r;
 }

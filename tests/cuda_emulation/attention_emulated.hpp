@@ -21,11 +21,18 @@ struct LaunchFaults {
   std::size_t shared_shortfall = 0;
 };
 
+/// The gradients a backward asks for (the others are passed as null pointers, as the kernel
+/// contract allows).
+struct GradientsWanted {
+  bool q = true, k = true, v = true;
+};
+
 /// The bf16 tensor-core attention (detail/attention_mma.cuh) as detail/attention_mma_launch.cuh
 /// launches it: forward on `raw` (fp32: the kernels round as they stage), then backward from the
-/// forward's o and lse with grad_o, the gradients added into `initial`'s dq, dk, dv.
+/// forward's o and lse with grad_o, the wanted gradients added into `initial`'s dq, dk, dv.
 AttentionRun run_bf16_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
-                                const AttentionRun& initial, const LaunchFaults& faults = {});
+                                const AttentionRun& initial, const LaunchFaults& faults = {},
+                                const GradientsWanted& wanted = {});
 
 /// The bits of the bf16 copy the tensor-core kernels read of `rows` rows of `dim` floats at `src`
 /// (to_bf16_rows_kernel launched as tensor_core::Bf16Rows launches it): rows of

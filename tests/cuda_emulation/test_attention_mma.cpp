@@ -57,6 +57,23 @@ TEST_CASE("emulated bf16 attention, case 4: d80, GQA 2:1, padding at the end", "
 TEST_CASE("emulated bf16 attention, case 5: d8, 8 documents of 20", "[attention_mma]") { check_case(5); }
 TEST_CASE("emulated bf16 attention, case 6: d32, window 7, softcap 2", "[attention_mma]") { check_case(6); }
 
+// Gradients not asked for are null pointers (the kernel contract): they stay untouched, and the
+// others are the same bits as when all three are asked for.
+TEST_CASE("emulated bf16 attention: dK or dV alone, dQ skipped", "[attention_mma]") {
+  const Problem p = attention_bf16_test::problems()[0];
+  const Inputs raw = attention_bf16_test::make_inputs(p, 500);
+  const AttentionRun initial = random_initial(p, 501);
+  const AttentionRun all = run_bf16_attention(p, raw, initial);
+  const AttentionRun only_v = run_bf16_attention(p, raw, initial, {}, {.q = false, .k = false, .v = true});
+  CHECK(only_v.dq == initial.dq);
+  CHECK(only_v.dk == initial.dk);
+  CHECK(only_v.dv == all.dv);
+  const AttentionRun k_and_q = run_bf16_attention(p, raw, initial, {}, {.q = true, .k = true, .v = false});
+  CHECK(k_and_q.dq == all.dq);
+  CHECK(k_and_q.dk == all.dk);
+  CHECK(k_and_q.dv == initial.dv);
+}
+
 // The copies every kernel reads (to_bf16_rows_kernel): each element rounded to nearest even, as
 // megacpp::bf16 rounds on the host, bit for bit; zero columns from dim to the next multiple of 8;
 // the same bits through the float4 loads (dim a multiple of 4, src 16-byte aligned) and the scalar

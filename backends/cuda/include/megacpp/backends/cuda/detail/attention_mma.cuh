@@ -285,13 +285,22 @@ struct QuerySteps {
   }
 };
 
+// Blocks per SM the backward kernels are compiled for (__launch_bounds__): at head_dim 64, three,
+// which caps them at 168 registers (65536 / (3 x 128), in whole 256-register units per warp). Left
+// to itself nvcc gives dK/dV and dQ 170-172, a few registers too many for a third block. Capped,
+// dK/dV spills 56 bytes (ptxas) and still wins: head_dim-64 forward+backward 2.44-2.50 ms against
+// 2.66 ms with dK/dV left at 2 blocks (H100, same run, bench_attention_cuda). At 128 the
+// accumulators need ~250 registers: two blocks whatever the bound.
+template <int D>
+inline constexpr int kBackwardBlocksPerSm = D == 64 ? 3 : 1;
+
 // ---- backward, pass 1: dK, dV; one block per (document key tile, kv head) --------------------------
 // Warp w owns keys [16w, 16w + 16) of the tile: its strips of S^T = K Q^T and dP^T = V dO^T, of
 // P^T and dS^T, and of the dK, dV accumulators (registers, the whole block). The block walks the
 // group's query heads in order and, for each, the queries that see its keys in steps of
 // kQueryStep, in order: each dK, dV element has one writer and a fixed summation order.
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kBackwardBlocksPerSm<D>)
     key_value_grad_kernel(Geometry<float> g, const WorkTile* work, index_t width, const nv_bf16* q, const nv_bf16* k,
                           const nv_bf16* v, const nv_bf16* grad_o, const float* lse, const float* drow, float* grad_k,
                           float* grad_v) {
@@ -371,7 +380,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 // Warp w owns queries [16w, 16w + 16): its strips of S = Q K^T, dP = dO V^T, dS and the dQ
 // accumulator (registers, the whole block).
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kBackwardBlocksPerSm<D>)
     query_grad_kernel(Geometry<float> g, const WorkTile* work, index_t width, const nv_bf16* q, const nv_bf16* k,
                       const nv_bf16* v, const nv_bf16* grad_o, const float* lse, const float* drow, float* grad_q) {
   using QTile = Bf16Tile<kTileRows, D>;

@@ -227,6 +227,8 @@ inline constexpr int kAddBatch = 8;
 
 // Adds tile rows [0, count), columns [0, dim) into dst_row(r)[0, dim), V floats per access
 // (V = 4: float4, for a dim that is a multiple of 4 and a 16-byte aligned dst; else V = 1).
+// Addresses are computed again for the stores rather than kept: registers are what decides how
+// many blocks fit on an SM.
 template <int D, int V, class RowAddress>
 __device__ inline void add_staged_tile(const float* tile, int count, index_t dim, RowAddress dst_row) {
   using Vec = std::conditional_t<V == 4, float4, float>;
@@ -236,19 +238,15 @@ __device__ inline void add_staged_tile(const float* tile, int count, index_t dim
 #pragma unroll
   for (int batch = 0; batch < kPerThread; batch += kAddBatch) {
     Vec old[kAddBatch];
-    Vec* where[kAddBatch];
-    bool live[kAddBatch];
 #pragma unroll
     for (int i = 0; i < kAddBatch; ++i) {
       const int idx = static_cast<int>(threadIdx.x) + (batch + i) * kBlockThreads, r = idx / kPerRow, c = idx % kPerRow;
-      live[i] = r < count && c < row_vectors;
-      where[i] = reinterpret_cast<Vec*>(dst_row(r)) + c;
-      if (live[i]) old[i] = *where[i];
+      if (r < count && c < row_vectors) old[i] = reinterpret_cast<const Vec*>(dst_row(r))[c];
     }
 #pragma unroll
     for (int i = 0; i < kAddBatch; ++i) {
       const int idx = static_cast<int>(threadIdx.x) + (batch + i) * kBlockThreads, r = idx / kPerRow, c = idx % kPerRow;
-      if (!live[i]) continue;
+      if (r >= count || c >= row_vectors) continue;
       const float* from = tile + r * AccumulatorTile<D>::kLd + c * V;
       if constexpr (V == 4) {
         old[i].x += from[0];
@@ -258,7 +256,7 @@ __device__ inline void add_staged_tile(const float* tile, int count, index_t dim
       } else {
         old[i] += from[0];
       }
-      *where[i] = old[i];
+      reinterpret_cast<Vec*>(dst_row(r))[c] = old[i];
     }
   }
 }
