@@ -331,15 +331,20 @@ std::string check_convert() {
   // In [0, 250] so that every conversion, including to uint8, is defined; includes
   // round-to-nearest-even ties for bf16 (1 + 2^-8, 1 + 3 * 2^-8) and f16 (1 + 2^-11) and
   // values no 16-bit type holds exactly.
+  // 12 elements take the kernel that converts 4 per thread (cuda::convert_vector_kernel), 14 the
+  // one-per-thread kernel.
   const double values[] = {0, 0.1, 0.5, 1, 1.00390625, 1.01171875, 1.00048828125, 2.5, 3.3, 7.75, 100.2, 127, 200.7, 250};
-  std::vector<From> src;
-  for (double v : values) src.push_back(convert_element<From>(v));
-  const auto device = CudaTensor<From>::from_host(Shape{static_cast<index_t>(src.size())}, src);
-  const std::vector<To> got = device.template to<To>().to_host();
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    const To want = convert_element<To>(src[i]);
-    if (std::memcmp(&got[i], &want, sizeof(To)) != 0)
-      return "element " + std::to_string(i) + " (" + std::to_string(values[i]) + ") converts differently from the host";
+  for (const std::size_t count : {std::size_t{12}, std::size_t{14}}) {
+    std::vector<From> src;
+    for (std::size_t i = 0; i < count; ++i) src.push_back(convert_element<From>(values[i]));
+    const auto device = CudaTensor<From>::from_host(Shape{static_cast<index_t>(src.size())}, src);
+    const std::vector<To> got = device.template to<To>().to_host();
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const To want = convert_element<To>(src[i]);
+      if (std::memcmp(&got[i], &want, sizeof(To)) != 0)
+        return "element " + std::to_string(i) + " of " + std::to_string(count) + " (" + std::to_string(values[i]) +
+               ") converts differently from the host";
+    }
   }
   return "";
 }
