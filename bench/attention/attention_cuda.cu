@@ -74,20 +74,32 @@ constexpr Case kCases[] = {{"fp32_d128_docs1", 128, 1, false}, {"fp32_d128_docs8
                            {"bf16_d128_docs1", 128, 1, true},  {"bf16_d128_docs8", 128, 8, true},
                            {"bf16_d64_docs1", 64, 1, true},    {"bf16_d64_docs8", 64, 8, true}};
 
+// The case named `name`, or null.
+const Case* find_case(const char* name) {
+  for (const Case& c : kCases)
+    if (std::strcmp(c.name, name) == 0) return &c;
+  return nullptr;
+}
+
+// Runs a case of the table: batch 2 x seq 4096, 16 heads (the shapes of the top comment).
+Result run_case(const char* name) {
+  const Case* c = find_case(name);
+  check(c != nullptr, "bench_attention_cuda", "no case named ", name);
+  return run(2, 4096, 16, c->dim, c->docs, c->bf16);
+}
+
 // Runs only the cases named on the command line; false (and the list) for a name it does not know.
 bool run_named(int argc, char** argv) {
   std::printf("\n  %-22s %10s %12s %12s %14s\n", "case", "fwd ms", "fwd TFLOP/s", "f+b ms", "f+b TFLOP/s");
   for (int i = 1; i < argc; ++i) {
-    const Case* found = nullptr;
-    for (const Case& c : kCases)
-      if (std::strcmp(c.name, argv[i]) == 0) found = &c;
+    const Case* found = find_case(argv[i]);
     if (!found) {
       std::fprintf(stderr, "bench_attention_cuda: no case named '%s'; the cases:", argv[i]);
       for (const Case& c : kCases) std::fprintf(stderr, " %s", c.name);
       std::fprintf(stderr, "\n");
       return false;
     }
-    print_row(found->name, run(2, 4096, 16, found->dim, found->docs, found->bf16));
+    print_row(found->name, run_case(found->name));
   }
   return true;
 }
@@ -100,20 +112,19 @@ int main(int argc, char** argv) {
                                "16 heads, head_dim 128 and 64, docs1 and docs8 (8 x 512 tokens per row)"))
     return 0;
   if (argc > 1) return run_named(argc, argv) ? 0 : 2;
-  const Result d128 = run(2, 4096, 16, 128, 1), d128_docs8 = run(2, 4096, 16, 128, 8);
-  const Result d64 = run(2, 4096, 16, 64, 1), d64_docs8 = run(2, 4096, 16, 64, 8);
-  const Result b128 = run(2, 4096, 16, 128, 1, true), b128_docs8 = run(2, 4096, 16, 128, 8, true);
-  const Result b64 = run(2, 4096, 16, 64, 1, true), b64_docs8 = run(2, 4096, 16, 64, 8, true);
+  const Result d128 = run_case("fp32_d128_docs1"), d128_docs8 = run_case("fp32_d128_docs8");
+  const Result d64 = run_case("fp32_d64_docs1"), d64_docs8 = run_case("fp32_d64_docs8");
+  const Result b128 = run_case("bf16_d128_docs1"), b128_docs8 = run_case("bf16_d128_docs8");
+  const Result b64 = run_case("bf16_d64_docs1"), b64_docs8 = run_case("bf16_d64_docs8");
   std::printf("\n  %-22s %10s %12s %12s %14s\n", "case", "fwd ms", "fwd TFLOP/s", "f+b ms", "f+b TFLOP/s");
-  const auto& row = print_row;
-  row("d128 docs1", d128);
-  row("d128 docs8", d128_docs8);
-  row("d64 docs1", d64);
-  row("d64 docs8", d64_docs8);
-  row("bf16 d128 docs1", b128);
-  row("bf16 d128 docs8", b128_docs8);
-  row("bf16 d64 docs1", b64);
-  row("bf16 d64 docs8", b64_docs8);
+  print_row("d128 docs1", d128);
+  print_row("d128 docs8", d128_docs8);
+  print_row("d64 docs1", d64);
+  print_row("d64 docs8", d64_docs8);
+  print_row("bf16 d128 docs1", b128);
+  print_row("bf16 d128 docs8", b128_docs8);
+  print_row("bf16 d64 docs1", b64);
+  print_row("bf16 d64 docs8", b64_docs8);
   const double docs8_vs_docs1 = d128_docs8.fwdbwd_ms / d128.fwdbwd_ms;
   std::printf("\ndocs8 / docs1 fwd+bwd time: %.3f (head_dim 128; 1/8 = 0.125 is the visible-pair ratio; target <= 0.25)\n",
               docs8_vs_docs1);

@@ -57,8 +57,9 @@ std::vector<__nv_bfloat16> bf16_rows(const std::vector<float>& src, index_t dim)
 
 std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, index_t dim) {
   const std::vector<__nv_bfloat16> copy = bf16_rows(src, rows, dim);
+  static_assert(sizeof(__nv_bfloat16) == sizeof(std::uint16_t), "bf16 is 16 raw bits");
   std::vector<std::uint16_t> bits(copy.size());
-  for (std::size_t i = 0; i < copy.size(); ++i) std::memcpy(&bits[i], &copy[i], sizeof(std::uint16_t));
+  std::memcpy(bits.data(), copy.data(), bits.size() * sizeof(std::uint16_t));
   return bits;
 }
 

@@ -67,6 +67,14 @@ struct SharedCarver {
     used += (bytes + 255) / 256 * 256;
     return region;
   }
+  // A region laid over the start of the plan, for once every region taken so far is dead (the
+  // accumulator tile at a block's end); the plan grows to hold it if it is the larger.
+  template <class E>
+  __host__ __device__ E* overlay(std::size_t bytes) {
+    const std::size_t rounded = (bytes + 255) / 256 * 256;
+    used = used > rounded ? used : rounded;
+    return reinterpret_cast<E*>(base);
+  }
 };
 
 // ---- the warp products ----------------------------------------------------------------------------
@@ -323,8 +331,8 @@ struct KeyValueShared {
     for (nv_bf16** copy : {&q.first, &q.second, &grad_o.first, &grad_o.second})
       *copy = c.take<nv_bf16>(Bf16Tile<kQueryStep, D>::kBytes);
     for (float** copy : {&lse.first, &lse.second, &drow.first, &drow.second}) *copy = c.take<float>(kQueryStep * sizeof(float));
-    accumulators = reinterpret_cast<float*>(base);
-    bytes = c.used > AccumulatorTile<D>::kBytes ? c.used : AccumulatorTile<D>::kBytes;
+    accumulators = c.overlay<float>(AccumulatorTile<D>::kBytes);
+    bytes = c.used;
   }
 };
 
@@ -343,8 +351,8 @@ struct QueryShared {
     lse = c.take<float>(kTileRows * sizeof(float));
     drow = c.take<float>(kTileRows * sizeof(float));
     for (nv_bf16** copy : {&k.first, &k.second, &v.first, &v.second}) *copy = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
-    accumulators = reinterpret_cast<float*>(base);
-    bytes = c.used > AccumulatorTile<D>::kBytes ? c.used : AccumulatorTile<D>::kBytes;
+    accumulators = c.overlay<float>(AccumulatorTile<D>::kBytes);
+    bytes = c.used;
   }
 };
 
