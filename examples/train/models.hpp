@@ -71,6 +71,13 @@ decltype(auto) with_model(const std::string& name, F&& f) {
   fail("megacpp-train", "unknown model \"", name, "\": choose ", model_names());
 }
 
+/// The backend a model lives on, for a tool's summary line: "cpu", or "cuda (NVIDIA H100 ...)".
+template <class B>
+std::string device_description() {
+  if constexpr (requires { B::device_name(); }) return std::string(B::name) + " (" + B::device_name() + ")";
+  else return std::string(B::name);
+}
+
 /// True when with_model knows `name`.
 inline bool is_model_name(const std::string& name) {
   for (const char* known : {"tiny", "tiny_mtp", "tiny_moe", "nam56r_tiny", "cmake100m", "generator400m", "production877m"})

@@ -66,13 +66,6 @@
 
 namespace megacpp::examples {
 
-/// The backend a run's model lives on, for its summary line: "cpu", or "cuda (NVIDIA H100 ...)".
-template <class B>
-std::string device_description() {
-  if constexpr (requires { B::device_name(); }) return std::string(B::name) + " (" + B::device_name() + ")";
-  else return std::string(B::name);
-}
-
 /// Runs (or resumes) a training run of Model on every rank of `comm`; returns the process exit
 /// code (common/cli.hpp).
 template <class Model, class Comm>

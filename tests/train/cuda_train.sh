@@ -3,14 +3,18 @@
 # 1. Without a usable GPU (or in a build without the CUDA backend) the run stops at once with
 #    exit 2 and a message naming the device; the test then reports itself skipped (77), never
 #    passed.
-# 2. The first step's loss on the GPU (fp32) matches the CPU's to 1e-4 relative: same seed, so the
-#    same weights and the same batch (tests/cuda's model step holds the gradients to 1e-5).
+# 2. An fp32 run on the GPU gives the CPU's losses to 1e-4 relative (same_losses.py): the validation
+#    loss of the initial weights, and each step's training loss, the update's included. (The first
+#    step's training loss alone is a weak check: it comes out the same for every tiny model of the
+#    registry; tests/cuda's model step holds the gradients to 1e-5.)
 # 3. A bf16 run (the default precision on the GPU) learns: --require_improvement, its summary
 #    names the device, every step's loss is finite.
 # 4. Stopped at step 3 and resumed, it finishes its 6 steps with bitwise the losses of the
 #    uninterrupted run of 3. (the CUDA backend sums in a fixed order: no floating-point atomics);
 #    the checkpoint, written from device memory, is read back by megacpp-generate on the CPU and
 #    continues a prompt.
+# 5. megacpp-generate --device cuda continues it with the CPU's greedy tokens (and --verify).
+# 6. The MTP, MoE and NAM56R-layout models train 2 fp32 steps on the GPU with the CPU's losses.
 set -uo pipefail
 exe="$1" generate="$2" out="$3"
 rm -rf "$out"
@@ -45,14 +49,8 @@ EOF
   --micro_batch 8 --total_batch_size 1024 --out "$out/gpu32" >"$out/gpu32.log" 2>&1 || { cat "$out/gpu32.log"; fail "fp32 GPU step"; }
 "$exe" --device cpu --precision fp32 --steps 2 --warmup_steps 1 --eval_every 2 --val_tokens 4096 --sample_tokens 0 --seq_len 64 \
   --micro_batch 8 --total_batch_size 1024 --out "$out/cpu32" >"$out/cpu32.log" 2>&1 || { cat "$out/cpu32.log"; fail "fp32 CPU step"; }
-python3 - "$out/gpu32/metrics.jsonl" "$out/cpu32/metrics.jsonl" <<'EOF' || fail "the GPU's first loss is not the CPU's"
-import json, sys
-def first(path):
-    return next(r["loss"] for r in map(json.loads, open(path)) if "loss" in r)
-gpu, cpu = first(sys.argv[1]), first(sys.argv[2])
-print(f"first step loss: GPU {gpu!r}, CPU {cpu!r}")
-assert abs(gpu - cpu) <= 1e-4 * abs(cpu), (gpu, cpu)
-EOF
+python3 "$(dirname "$0")/same_losses.py" tiny "$out/gpu32/metrics.jsonl" "$out/cpu32/metrics.jsonl" ||
+  fail "the GPU's losses are not the CPU's"
 
 "$exe" --device cuda "${short[@]}" --out "$out/resumed" --stop_at_step 3 >"$out/stop.log" 2>&1 || { cat "$out/stop.log"; fail "the stopped run"; }
 "$exe" --device cuda "${short[@]}" --out "$out/resumed" --resume >"$out/resume.log" 2>&1 || { cat "$out/resume.log"; fail "the resumed run"; }
@@ -69,4 +67,24 @@ EOF
 sample="$("$generate" --checkpoint "$out/resumed" --prompt "int " --tokens 16 --temperature 0 2>&1)" ||
   { echo "$sample"; fail "megacpp-generate could not continue from the GPU's checkpoint"; }
 echo "$sample"
+# 5. megacpp-generate --device cuda: the GPU decodes the same greedy continuation as the CPU, and
+#    its cached decoding equals its full forward at every step (--verify).
+gpu_sample="$("$generate" --device cuda --checkpoint "$out/resumed" --prompt "int " --tokens 16 --temperature 0 --verify \
+  --stats 2>"$out/generate_gpu.err")" || { cat "$out/generate_gpu.err"; echo "$gpu_sample"; fail "megacpp-generate --device cuda"; }
+cat "$out/generate_gpu.err"
+echo "$gpu_sample"
+grep -q "on cuda (" "$out/generate_gpu.err" || fail "megacpp-generate --device cuda did not run on the GPU"
+grep -q "^verify: .* cached decoding == full forward" <<<"$gpu_sample" || fail "--verify on the GPU did not pass"
+[[ "$(sed '$d' <<<"$gpu_sample")" == "$sample" ]] || fail "the GPU's greedy continuation differs from the CPU's"
+# 6. Every letter on the GPU: the MTP head, the MoE layer ("E") and NAM56R's 56-layer layout (with
+#    M2RNN, "R") train 2 fp32 steps with the CPU's losses.
+for model in tiny_mtp tiny_moe nam56r_tiny; do
+  for device in cuda cpu; do
+    "$exe" --model "$model" --device "$device" --precision fp32 --steps 2 --warmup_steps 1 --eval_every 2 \
+      --val_tokens 1024 --sample_tokens 0 --seq_len 64 --micro_batch 4 --total_batch_size 256 \
+      --out "$out/$model-$device" >"$out/$model-$device.log" 2>&1 || { cat "$out/$model-$device.log"; fail "$model on $device"; }
+  done
+  python3 "$(dirname "$0")/same_losses.py" "$model" "$out/$model-cuda/metrics.jsonl" "$out/$model-cpu/metrics.jsonl" ||
+    fail "$model: the GPU's losses are not the CPU's"
+done
 echo "cuda_train: all checks passed"

@@ -85,6 +85,12 @@ TEST_CASE("tools: any exception is one line naming the tool and the file, never 
                                         "megacpp-generate: --tokens 1000000000000 + the prompt's 11 tokens exceed the "
                                         "context of \"tiny\" (max_seq 4096)");
     CHECK(r.output.find('\n') == r.output.size() - 1);  // one line
+    expect_exit(kGenerate, {"--checkpoint", out.string(), "--device", "tpu"}, dir, 2,
+                "megacpp-generate: --device \"tpu\" is not one of cpu, cuda");
+#ifndef MEGACPP_TRAIN_HAS_CUDA  // with its CUDA unit, tests/train/cuda_train.sh runs --device cuda on a GPU
+    expect_exit(kGenerate, {"--checkpoint", out.string(), "--device", "cuda"}, dir, 2,
+                "megacpp-generate: --device cuda: this megacpp-generate was built without the CUDA backend");
+#endif
     const fs::path step = resolve_checkpoint(out);
     fs::remove(step / "state.json");
     fs::create_directories(step / "state.json");
