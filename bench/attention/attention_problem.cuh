@@ -29,12 +29,19 @@ struct CudaAttentionProblem {
     dv = Tensor<float, Cuda>::zeros(ks);
     params = kernels::attention_params("bench", qs, ks, ks, docs, AttentionOptions{});
   }
-  void forward() { Kernel::forward<float>(params, docs, {q.data(), k.data(), v.data(), o.data(), lse.data()}); }
+  // As the op (flash_attention) calls them: the forward leaves its state for the backward
+  // (kernels::AttentionSaved: the bf16 kernels' copies of q, k, v).
+  void forward() {
+    Kernel::forward<float>(params, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), &saved});
+  }
   // Adds into dq, dk, dv (never cleared: the figures are times, not values).
   void backward() {
     Kernel::backward<float>(params, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), grad_o.data(), dq.data(),
-                                           dk.data(), dv.data()});
+                                           dk.data(), dv.data(), &saved});
   }
+
+ private:
+  kernels::AttentionSaved saved;
 };
 
 }  // namespace megacpp::bench

@@ -16,14 +16,17 @@
 //   (2.5u) for o, dq, dk, dv; LSE sums the exact P in fp32 (measured <= 1.7e-7): 1e-5.
 //
 // Plus, exactly: padding tokens get o = 0, lse = -inf and no gradient; a second run gives the same
-// bits; the stats say the 64 x 64 tensor-core tiles ran; leaving the scope (or a nested scope that
+// bits, and so does a backward that reads the bf16 copies its forward kept (kernels::AttentionSaved);
+// the stats say the 64 x 64 tensor-core tiles ran; leaving the scope (or a nested scope that
 // turns it off) gives the fp32 results back bit for bit; double and head_dim > 128 stay fp32; the
 // op's own precision (AttentionParams::products, a Bf16Mixed model's) selects the same kernels.
 #pragma once
 
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention_bf16_cases.hpp"
@@ -61,10 +64,11 @@ struct DeviceRun {
   AttentionStats forward, backward;
 };
 
-// FusedAttention<Cuda> forward, then backward from its o and lse, gradients added into `initial`.
+// FusedAttention<Cuda> forward, then backward from its o and lse, gradients added into `initial`;
+// with `keep`, the forward leaves its state for the backward (kernels::AttentionSaved), as the op does.
 template <class T>
 DeviceRun<T> run_on_device(const Problem& p, const Inputs& in, const Grads<T>& initial,
-                           MatmulPrecision products = MatmulPrecision::fp32) {
+                           MatmulPrecision products = MatmulPrecision::fp32, bool keep = false) {
   using Kernel = kernels::FusedAttention<Cuda>;
   auto upload = [](index_t b, index_t s, index_t h, index_t d, const std::vector<float>& x) {
     std::vector<T> cast(x.begin(), x.end());
@@ -78,13 +82,19 @@ DeviceRun<T> run_on_device(const Problem& p, const Inputs& in, const Grads<T>& i
   params.products = products;
   const auto q = upload(p.batch, p.seq, p.heads, p.dim, in.q), grad_o = upload(p.batch, p.seq, p.heads, p.dim, in.grad_o);
   const auto k = upload(p.batch, p.seq, p.kv_heads, p.dim, in.k), v = upload(p.batch, p.seq, p.kv_heads, p.dim, in.v);
+  // NaN where the forward must write (every row when the spans cover every token, has_padding)
   Tensor<T, Cuda> o(qs), lse(Shape{p.batch, p.seq, p.heads});
+  o.fill(std::numeric_limits<T>::quiet_NaN());
+  lse.fill(std::numeric_limits<T>::quiet_NaN());
   auto dq = Tensor<T, Cuda>::from_host(qs, initial.dq), dk = Tensor<T, Cuda>::from_host(ks, initial.dk),
        dv = Tensor<T, Cuda>::from_host(ks, initial.dv);
   DeviceRun<T> r;
-  r.forward = Kernel::forward<T>(params, docs, {q.data(), k.data(), v.data(), o.data(), lse.data()});
+  kernels::AttentionSaved saved;
+  r.forward = Kernel::forward<T>(params, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), keep ? &saved : nullptr});
+  if (keep && products == MatmulPrecision::bf16 && std::is_same_v<T, float> && !saved.state)
+    throw std::runtime_error("the bf16 forward kept nothing for its backward (kernels::AttentionSaved)");
   r.backward = Kernel::backward<T>(params, docs, {q.data(), k.data(), v.data(), o.data(), lse.data(), grad_o.data(),
-                                                  dq.data(), dk.data(), dv.data()});
+                                                  dq.data(), dk.data(), dv.data(), keep ? &saved : nullptr});
   r.o = o.to_host();
   r.lse = lse.to_host();
   r.grads = {dq.to_host(), dk.to_host(), dv.to_host()};
@@ -130,11 +140,12 @@ inline std::string check_padding(const Problem& p, const DeviceRun<float>& r, co
 inline std::string check_problem(const Problem& p, std::uint64_t seed) {
   const Inputs raw = make_inputs(p, seed), in = rounded(raw);
   const Grads<float> initial = random_grads<float>(p, seed + 1);
-  DeviceRun<float> got, again;
+  DeviceRun<float> got, again, kept;
   {
     const CudaBf16Attention on(true);
     got = run_on_device<float>(p, raw, initial);
     again = run_on_device<float>(p, raw, initial);
+    kept = run_on_device<float>(p, raw, initial, MatmulPrecision::bf16, /*keep=*/true);
   }
   if (got.forward.q_rows != cuda::flash::tensor_core::kTileRows || got.backward.tile_k != cuda::flash::tensor_core::kKeyStep)
     return "the tensor-core kernels did not run (stats q_rows " + std::to_string(got.forward.q_rows) + ", tile_k " +
@@ -153,6 +164,7 @@ inline std::string check_problem(const Problem& p, std::uint64_t seed) {
            std::to_string(kGradientTolerance) + ")";
   if (std::string why = check_padding(p, got, initial); !why.empty()) return why;
   if (!bitwise_equal(got, again)) return "not reproducible run to run";
+  if (!bitwise_equal(got, kept)) return "the backward from the forward's kept bf16 copies differs from one that made its own";
   return "";
 }
 

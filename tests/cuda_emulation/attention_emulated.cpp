@@ -27,11 +27,18 @@ flash::Geometry<float> geometry(const Problem& p) {
           static_cast<float>(p.softcap)};
 }
 
-// Outputs as forward() leaves them before its kernel: o = 0 (cudaMemsetAsync), lse = -inf (fill).
+// Outputs as forward() leaves them before its kernel (attention_launch.cuh, has_padding).
 AttentionRun prepared(const Problem& p, const AttentionRun& initial) {
   AttentionRun r = initial;
-  r.o.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads * p.dim), 0.0f);
-  r.lse.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads), -std::numeric_limits<float>::infinity());
+  index_t covered = 0;
+  for (const auto& row : p.spans)
+    for (const DocumentSpan& span : row) covered += span.length;
+  // With padding tokens forward() sets o = 0 and lse = -inf first; without, it leaves them as they
+  // were (has_padding), here NaN: any element the kernel does not write shows in every check.
+  const bool padding = covered < p.batch * p.seq;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  r.o.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads * p.dim), padding ? 0.0f : nan);
+  r.lse.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads), padding ? -std::numeric_limits<float>::infinity() : nan);
   return r;
 }
 
@@ -63,6 +70,16 @@ std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, in
   return bits;
 }
 
+GradOutputRowsRun emulated_grad_output_rows(const float* grad_o, const float* o, index_t rows, index_t dim) {
+  const index_t width = tc::bf16_row_width(dim);
+  std::vector<__nv_bfloat16> copy(static_cast<std::size_t>(rows * width));
+  GradOutputRowsRun run{std::vector<std::uint16_t>(copy.size()), std::vector<float>(static_cast<std::size_t>(rows))};
+  launch(tc::grad_output_rows_kernel<float>, {dim3(cuda::grid_for(tc::grad_row_threads(rows))), dim3(cuda::kThreads), 0},
+         rows, dim, width, grad_o, o, copy.data(), run.drow.data());
+  std::memcpy(run.grad_o_bits.data(), copy.data(), copy.size() * sizeof(std::uint16_t));
+  return run;
+}
+
 AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults,
                                 const GradientsWanted& wanted) {
   const flash::Geometry<float> g = geometry(p);
@@ -72,8 +89,7 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   const dim3 block(tc::kBlockThreads);
   const std::size_t cut = faults.shared_shortfall;
   const index_t width = tc::bf16_row_width(p.dim);
-  const std::vector<__nv_bfloat16> q = bf16_rows(raw.q, p.dim), k = bf16_rows(raw.k, p.dim), v = bf16_rows(raw.v, p.dim),
-                                   grad_o = bf16_rows(raw.grad_o, p.dim);
+  const std::vector<__nv_bfloat16> q = bf16_rows(raw.q, p.dim), k = bf16_rows(raw.k, p.dim), v = bf16_rows(raw.v, p.dim);
   if (!work.empty())
     tc::with_padded_dim(p.dim, [&]<int D>() {
       launch(tc::forward_kernel<D>, {grid(work, p.heads), block, tc::ForwardShared<D>(nullptr).bytes - cut}, g, work.data(),
@@ -81,8 +97,9 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
     });
   const index_t rows = p.batch * p.seq * p.heads;
   std::vector<float> drow(static_cast<std::size_t>(rows));
-  launch(tc::rounded_output_dot_kernel<float>, {dim3(cuda::grid_for(rows * 32)), dim3(cuda::kThreads), 0}, rows, p.dim,
-         width, r.o.data(), grad_o.data(), drow.data());
+  std::vector<__nv_bfloat16> grad_o(static_cast<std::size_t>(rows * width));  // tensor_core::GradOutputRows
+  launch(tc::grad_output_rows_kernel<float>, {dim3(cuda::grid_for(tc::grad_row_threads(rows))), dim3(cuda::kThreads), 0},
+         rows, p.dim, width, raw.grad_o.data(), r.o.data(), grad_o.data(), drow.data());
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {
     if (wanted.k || wanted.v)

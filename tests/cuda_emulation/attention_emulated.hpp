@@ -39,6 +39,15 @@ AttentionRun run_bf16_attention(const attention_bf16_test::Problem& p, const att
 /// bf16_row_width(dim), zero past dim.
 std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, index_t dim);
 
+/// What the backward's first kernel (grad_output_rows_kernel, as tensor_core::GradOutputRows launches
+/// it) makes of `rows` rows of dO and O (`dim` floats each): the bits of dO's bf16 copy (rows of
+/// bf16_row_width(dim)) and D = rowsum(bf16(dO) o O) per row.
+struct GradOutputRowsRun {
+  std::vector<std::uint16_t> grad_o_bits;
+  std::vector<float> drow;
+};
+GradOutputRowsRun emulated_grad_output_rows(const float* grad_o, const float* o, index_t rows, index_t dim);
+
 /// The fp32 CUDA-core attention (detail/attention.cuh) as detail/attention_launch.cuh launches it.
 AttentionRun run_fp32_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
                                 const AttentionRun& initial);

@@ -6,6 +6,8 @@
 // tagged [large] are left out under the sanitizers (tests/cuda_emulation/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -99,6 +101,38 @@ TEST_CASE("the bf16 copies of q, k, v and dO round each element to nearest even 
         }
       CHECK(wrong == 0);
       CHECK(got[0] == bf16(1.0f).bits);
+    }
+  }
+}
+
+// The backward's first pass (grad_output_rows_kernel): dO's copy has the bits to_bf16_rows_kernel
+// gives (each element rounded to nearest even, zero padding), on both load paths, and
+// D = rowsum(bf16(dO) o O) is the double sum of the rounded dO times O to fp32 rounding; an odd
+// row count leaves the second half-warp of the last pair without a row.
+TEST_CASE("the backward's dO copy and D come from one pass: the copy's bits, D to fp32 rounding",
+          "[attention_mma]") {
+  Rng rng(78);
+  for (const index_t dim : {1, 8, 50, 64, 100, 128}) {
+    for (const index_t offset : {0, 1}) {
+      const index_t rows = 37;
+      std::vector<float> grad_storage(static_cast<std::size_t>(rows * dim + 4)), o_storage(grad_storage.size());
+      for (float& x : grad_storage) x = static_cast<float>(rng.normal()) * 3.0f;
+      for (float& x : o_storage) x = static_cast<float>(rng.normal());
+      const float *grad_o = grad_storage.data() + offset, *o = o_storage.data() + offset;
+      INFO("dim " << dim << ", offset " << offset << " floats");
+      const GradOutputRowsRun got = emulated_grad_output_rows(grad_o, o, rows, dim);
+      CHECK(got.grad_o_bits == emulated_bf16_rows(grad_o, rows, dim));
+      double worst = 0;
+      for (index_t r = 0; r < rows; ++r) {
+        double want = 0, scale = 0;
+        for (index_t e = 0; e < dim; ++e) {
+          const double term = static_cast<double>(static_cast<float>(bf16(grad_o[r * dim + e]))) * o[r * dim + e];
+          want += term;
+          scale += std::abs(term);
+        }
+        worst = std::max(worst, std::abs(got.drow[static_cast<std::size_t>(r)] - want) / std::max(scale, 1e-30));
+      }
+      CHECK(worst < 1e-6);
     }
   }
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "megacpp/core/error.hpp"
@@ -84,6 +85,15 @@ struct AttentionParams {
   index_t group() const { return heads / kv_heads; }
 };
 
+/// What a backend's forward leaves for the backward of the same call besides o and lse, held by
+/// the op between the two: e.g. the operands the forward rounded (the CUDA tensor-core kernels keep
+/// their bf16 copies of q, k and v, so the backward does not make them again). Type-erased so the
+/// contract names no backend type: only the backend's own forward writes it, and its backward
+/// reads it, or works without it when it is empty. Results never depend on whether it was kept.
+struct AttentionSaved {
+  std::shared_ptr<const void> state;  ///< the backend's, or null: nothing kept
+};
+
 /// The data of a forward call (backend memory).
 template <class T>
 struct AttentionForwardArgs {
@@ -92,6 +102,7 @@ struct AttentionForwardArgs {
   const T* v = nullptr;  ///< (batch, seq, kv_heads, head_dim)
   T* o = nullptr;        ///< (batch, seq, heads, head_dim), written
   T* lse = nullptr;      ///< (batch, seq, heads), written
+  AttentionSaved* saved = nullptr;  ///< where the backend may leave state for the backward (null: no backward follows)
 };
 
 /// The data of a backward call (backend memory); gradients are added into, and may be null.
@@ -106,6 +117,7 @@ struct AttentionBackwardArgs {
   T* grad_q = nullptr;        ///< += dL/dq (null: not needed)
   T* grad_k = nullptr;        ///< += dL/dk (null: not needed)
   T* grad_v = nullptr;        ///< += dL/dv (null: not needed)
+  const AttentionSaved* saved = nullptr;  ///< what the forward left (null or empty: nothing)
 };
 
 /// The fused attention kernel of backend B (contract: this file). The primary template is the

@@ -39,6 +39,18 @@ const DeviceWork& device_work(const DocumentLayout<B>& docs, index_t rows) {
                                               [&] { return std::make_shared<DeviceWork>(document_tiles(docs.spans, rows)); });
 }
 
+// Whether some token of the layout is in no span (padding, from_spans only). The forward kernels
+// write o and lse for every row of their tiles and never visit a padding token, so only then does
+// the forward first set o = 0 and lse = -inf for every token: a packed batch skips that pass over o
+// (25 us at batch 2 x 4096, 16 heads of 128 on an H100).
+template <class B>
+bool has_padding(const DocumentLayout<B>& docs) {
+  index_t covered = 0;
+  for (const auto& row : docs.spans)
+    for (const DocumentSpan& span : row) covered += span.length;
+  return covered < docs.batch * docs.seq;
+}
+
 // Tile pairs and score elements a query-tile kernel (query tiles of `rows`, key tiles of `tile_k`)
 // computes for `heads` heads (as the CPU counts).
 inline void count_query_tiles(const std::vector<WorkTile>& work, index_t rows, index_t tile_k, index_t heads,
@@ -78,8 +90,10 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
                        const kernels::AttentionForwardArgs<T>& a) {
   const Geometry<T> g = geometry<T>(p);
   const index_t tokens = p.batch * p.seq;
-  MEGACPP_CUDA_CHECK(cudaMemsetAsync(a.o, 0, static_cast<std::size_t>(tokens * p.heads * p.head_dim) * sizeof(T), kStream));
-  fill<T>(a.lse, static_cast<std::size_t>(tokens * p.heads), -std::numeric_limits<T>::infinity());
+  if (has_padding(docs)) {
+    MEGACPP_CUDA_CHECK(cudaMemsetAsync(a.o, 0, static_cast<std::size_t>(tokens * p.heads * p.head_dim) * sizeof(T), kStream));
+    fill<T>(a.lse, static_cast<std::size_t>(tokens * p.heads), -std::numeric_limits<T>::infinity());
+  }
   AttentionStats stats;
   with_row_layout(p.head_dim, [&]<int DPT, int TPR>() {
     using L = RowLayout<DPT, TPR>;

@@ -6,7 +6,8 @@
 // cores (mma.sync m16n8k16: bf16 operands, fp32 accumulation). What is rounded to bf16, and where
 // (round to nearest even):
 //
-//   q, k, v, dO   once per call, into the bf16 copies the kernels read (to_bf16_rows_kernel);
+//   q, k, v, dO   once per call, into the bf16 copies the kernels read (to_bf16_rows_kernel;
+//                 dO's with D in grad_output_rows_kernel);
 //   P             before O += P V (forward) and dV += P^T dO (backward);
 //   dS            before dK += dS^T q and dQ += dS K.
 //
@@ -21,8 +22,10 @@
 // rows (query tiles; key tiles in the dK/dV pass), split into 4 warp strips of 16 rows: warp w
 // owns rows [16w, 16w + 16) of every product it computes and of the elementwise work between
 // them, in its own registers, so inside a tile step no warp waits for another. Shared memory
-// holds the bf16 operand tiles only; the ones that change every step come twice, the next step's
-// fetched by cp.async while this step's products run, and one __syncthreads per step orders both.
+// holds the bf16 operand tiles only. In the backward the ones that change every step come twice,
+// the next step's fetched by cp.async while this step's products run, and one __syncthreads per
+// step orders both; the forward keeps one K and one V tile and refills each while the other is
+// read (two barriers a step), for a third block per SM.
 //
 // Products: mma.sync m16n8k16 (detail/ptx.cuh) through the strip products of
 // attention_mma_tiles.cuh, the transposes as which operand a shared tile holds; the dK/dV pass
@@ -85,7 +88,7 @@ __device__ inline bool whole_step(index_t qs, index_t qe, int query_rows, index_
   return qe - qs == query_rows && ke - ks == key_rows && attention::tile_is_full(qs, qe, ks, ke, window);
 }
 
-// Starts copying key step s of a query-tile block (forward, dQ) into copy s % 2 of the K and V
+// Starts copying key step s of a dQ block into copy s % 2 of the K and V
 // tiles of the kernel's shared plan `sh`, and commits the group. Every thread of the block calls it.
 template <int D, class Shared>
 __device__ void stage_key_step(const Shared& sh, const Geometry<float>& g, const WorkTile& w, index_t kvh,
@@ -106,7 +109,7 @@ __device__ inline void wait_for_step() {
   __syncthreads();
 }
 
-// The start of key step s of a query-tile block (forward, dQ): waits for its K and V, starts
+// The start of key step s of a dQ block: waits for its K and V, starts
 // copying step s + 1's, and returns step s's keys.
 template <int D, class Shared>
 __device__ attention::TileRange begin_key_step(const Shared& sh, const Geometry<float>& g, const WorkTile& w, index_t kvh,
@@ -144,11 +147,17 @@ __global__ void to_bf16_rows_kernel(index_t rows, index_t dim, index_t width, co
   }
 }
 
+// Blocks per SM the forward is compiled for (__launch_bounds__): its shared plan (one Q, K and V
+// tile: 28 / 52 KB at head_dim 64 / 128) leaves the registers as the limit, 128 per thread for four
+// blocks at 64 and 168 for three at 128, what nvcc gives it unbounded (128 / 166).
+template <int D>
+inline constexpr int kForwardBlocksPerSm = D == 64 ? 4 : 3;
+
 // ---- forward: one block per (document query tile, query head) -----------------------------------
 // Warp w: queries [16w, 16w + 16) of the tile, its strips of S (then P) and of the O accumulator.
 // q, k, v: the bf16 copies (rows of `width`).
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, kForwardBlocksPerSm<D>)
     forward_kernel(Geometry<float> g, const WorkTile* work, index_t width, const nv_bf16* q, const nv_bf16* k,
                    const nv_bf16* v, float* o, float* lse) {
   using QTile = Bf16Tile<kTileRows, D>;
@@ -161,21 +170,35 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int warp = tile.warp;
   const FragmentPlace at;
   const KeySteps steps(qs, qe, w.len, g.window);
+  // One K and one V tile, each refilled while the other is read (FlashAttention-2's forward): V_s
+  // is copied while S = Q K_s^T runs, K_{s+1} while the softmax and O += P V_s run; two barriers a
+  // step. Single copies keep the plan at 3 tiles, so 3 blocks of 4 warps fit an SM at head_dim 128
+  // (kForwardBlocksPerSm), where two copies of each held it to 2.
+  auto stage = [&](nv_bf16* tile, const nv_bf16* src, index_t s) {
+    const attention::TileRange keys = steps.keys(s);
+    stage_rows<kKeyStep, D>(tile, KTile::kLd, src, w.b, w.start, keys.first, static_cast<int>(keys.last - keys.first),
+                            g.seq, g.kv_heads, kvh, width);
+    ptx::cp_async_commit();
+  };
   stage_rows<kTileRows, D>(sh.q, QTile::kLd, q, w.b, w.start, qs, static_cast<int>(qe - qs), g.seq, g.heads, h, width);
-  if (steps.size() > 0) stage_key_step<D>(sh, g, w, kvh, k, v, width, steps, 0);  // in one group with Q
+  if (steps.size() > 0) stage(sh.k, k, 0);  // in one group with Q
   Strip<D> acc;
   zero<D>(acc);
   // This thread's rows g and g + 8 of the warp's strip: the online softmax's m and (this thread's
   // part of) l for each. A row that has seen no key yet keeps m = -inf, P = 0, alpha = 1.
   float m[2] = {minus_infinity<float>(), minus_infinity<float>()}, l[2] = {0.0f, 0.0f};
   for (index_t step = 0; step < steps.size(); ++step) {
-    const attention::TileRange keys = begin_key_step<D>(sh, g, w, kvh, k, v, width, steps, step);
+    wait_for_step();  // K_s (and Q) landed; every warp is done with V_{s-1}
+    stage(sh.v, v, step);
+    const attention::TileRange keys = steps.keys(step);
     const index_t first_key = keys.first;
     const int n = static_cast<int>(keys.last - first_key);
     Strip<kKeyStep> s;
     zero<kKeyStep>(s);
-    strip_product<kKeyStep, D, BTile::rows_are_n>(s, sh.q + warp * kStripRows * QTile::kLd, QTile::kLd, sh.k[step],
+    strip_product<kKeyStep, D, BTile::rows_are_n>(s, sh.q + warp * kStripRows * QTile::kLd, QTile::kLd, sh.k,
                                                   KTile::kLd);
+    wait_for_step();  // V_s landed; every warp is done with K_s
+    if (step + 1 < steps.size()) stage(sh.k, k, step + 1);
     // Online softmax of each row over this step's keys: scale, softcap, mask, then
     // m' = max(m, rowmax S), P = exp(S - m'), l = exp(m - m') l + rowsum P, O = exp(m - m') O.
     // A whole step (a full tile of queries that all see all kKeyStep keys) needs no mask.
@@ -221,7 +244,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     else softmax.template operator()<true>();
     OperandStrip<kKeyStep> p;
     to_operand<kKeyStep>(p, s);
-    strip_product<D, kKeyStep, BTile::rows_are_k>(acc, p, sh.v[step], KTile::kLd);
+    strip_product<D, kKeyStep, BTile::rows_are_k>(acc, p, sh.v, KTile::kLd);
   }
   // O = acc / l and LSE = m + log l for the tile's rows; l summed over the row's quad first.
 #pragma unroll
@@ -241,22 +264,55 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// ---- backward, step 0: D = rowsum(bf16(dO) o O) per (token, head), summed in fp32 -----------------
-// dP = dO V^T is formed from the bf16 dO the tiles hold, so D takes the same dO (the copy the
-// kernels read, rows of `width`): then sum_j P_ij (dP_ij - D_i) = 0 holds for the rounded problem
-// as in exact arithmetic (with the fp32 dO, D would be off by ~2^-9 |dO| |O| and every dS by P
-// times that). One warp per row: lane l sums elements l, l + 32, ... (coalesced reads), then the
-// xor butterfly gives every lane the same bits. Launch with a whole number of warps per block.
+// ---- backward, step 0: the bf16 copy of dO and D = rowsum(bf16(dO) o O), in one pass --------------
+// dP = dO V^T is formed from the bf16 dO the tiles hold, so D takes the same dO: then
+// sum_j P_ij (dP_ij - D_i) = 0 holds for the rounded problem as in exact arithmetic (with the fp32
+// dO, D would be off by ~2^-9 |dO| |O| and every dS by P times that). Reading dO once for both
+// saves a pass over it and a launch (FlashAttention-2's backward preprocess computes D alone).
+// kGradRowLanes lanes per row, two rows per warp: lane l rounds the 8-element pieces l, l + 16, ...
+// of its row (to_bf16_rows_kernel's pieces, so the same bits), stores them, and sums their
+// products with O in element order; the xor butterfly over the row's lanes then gives every lane
+// the same D. Launch over grad_row_threads(rows) threads, whole warps per block.
+inline constexpr int kGradRowLanes = 16;  // >= the pieces of the widest row (128 / 8)
+__host__ __device__ constexpr index_t grad_row_threads(index_t rows) { return (rows + 1) / 2 * 32; }
+
 template <class T>
-__global__ void rounded_output_dot_kernel(index_t rows, index_t dim, index_t width, const T* o, const nv_bf16* grad_o,
-                                          T* drow) {
+__global__ void grad_output_rows_kernel(index_t rows, index_t dim, index_t width, const T* grad_o, const T* o,
+                                        nv_bf16* grad_o_rows, T* drow) {
   static_assert(std::is_same_v<T, float>, "megacpp_mma_float_only: the tensor-core attention takes float tensors");
-  const index_t lane = global_thread() % 32;
-  for (index_t r = global_thread() / 32; r < rows; r += grid_stride() / 32) {  // the same r in every lane of a warp
+  const index_t pieces_per_row = width / kRowAlign;
+  const bool vector_loads = dim % 4 == 0 && reinterpret_cast<std::uintptr_t>(grad_o) % 16 == 0 &&
+                            reinterpret_cast<std::uintptr_t>(o) % 16 == 0;
+  const index_t lane = global_thread() % kGradRowLanes, half = global_thread() / kGradRowLanes % 2;
+  // every lane of a warp takes the loop the same number of times (the butterfly needs all 32)
+  for (index_t pair = global_thread() / 32; 2 * pair < rows; pair += grid_stride() / 32) {
+    const index_t r = 2 * pair + half;
     float sum = 0.0f;
-    for (index_t e = lane; e < dim; e += 32) sum += __bfloat162float(grad_o[r * width + e]) * o[r * dim + e];
-    sum = row_sum<32>(sum);
-    if (lane == 0) drow[r] = sum;
+    for (index_t piece = lane; r < rows && piece < pieces_per_row; piece += kGradRowLanes) {
+      const index_t e0 = piece * kRowAlign;
+      float x[kRowAlign], y[kRowAlign];
+      if (vector_loads && e0 + kRowAlign <= dim) {
+        const float4* dx = reinterpret_cast<const float4*>(grad_o + r * dim + e0);
+        const float4* oy = reinterpret_cast<const float4*>(o + r * dim + e0);
+        const float4 x0 = dx[0], x1 = dx[1], y0 = oy[0], y1 = oy[1];
+        x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z, x[7] = x1.w;
+        y[0] = y0.x, y[1] = y0.y, y[2] = y0.z, y[3] = y0.w, y[4] = y1.x, y[5] = y1.y, y[6] = y1.z, y[7] = y1.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < kRowAlign; ++e) {
+          x[e] = e0 + e < dim ? grad_o[r * dim + e0 + e] : 0.0f;
+          y[e] = e0 + e < dim ? o[r * dim + e0 + e] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < kRowAlign; ++e) x[e] = __bfloat162float(__float2bfloat16_rn(x[e]));
+      reinterpret_cast<uint4*>(grad_o_rows)[r * pieces_per_row + piece] =
+          uint4{pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7])};
+#pragma unroll
+      for (int e = 0; e < kRowAlign; ++e) sum += x[e] * y[e];
+    }
+    sum = row_sum<kGradRowLanes>(sum);
+    if (r < rows && lane == 0) drow[r] = sum;
   }
 }
 

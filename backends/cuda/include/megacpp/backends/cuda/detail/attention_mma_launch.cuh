@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention_launch.cuh"
@@ -80,14 +82,45 @@ class Bf16Rows {
   DeviceBuffer<nv_bf16> copy_;
 };
 
-/// o, lse from q, k, v in bf16 on the tensor cores (padding tokens: o = 0, lse = -inf).
+// The bf16 copies of q, k and v a forward reads; kept for its backward (kernels::AttentionSaved)
+// when the op asks, so the backward reads the same bits without making them again.
+struct OperandCopies {
+  Bf16Rows q, k, v;
+  OperandCopies(const float* q_src, const float* k_src, const float* v_src, index_t q_rows, index_t kv_rows, index_t dim)
+      : q(q_src, q_rows, dim), k(k_src, kv_rows, dim), v(v_src, kv_rows, dim) {}
+};
+
+// The bf16 copy of dO the backward's kernels read, and D = rowsum(bf16(dO) o O) per row, from one
+// pass over dO (grad_output_rows_kernel).
+class GradOutputRows {
+ public:
+  GradOutputRows(const float* grad_o, const float* o, index_t rows, index_t dim)
+      : width_(bf16_row_width(dim)), copy_(static_cast<std::size_t>(rows * width_)), drow_(static_cast<std::size_t>(rows)) {
+    grad_output_rows_kernel<float><<<grid_for(grad_row_threads(rows)), kThreads, 0, kStream>>>(rows, dim, width_, grad_o, o,
+                                                                                              copy_.get(), drow_.get());
+    MEGACPP_CUDA_CHECK_LAUNCH(grad_output_rows_kernel);
+  }
+  const nv_bf16* get() const { return copy_.get(); }  // rows of width()
+  const float* drow() const { return drow_.get(); }   // D: (batch, seq, heads)
+  index_t width() const { return width_; }
+
+ private:
+  index_t width_;
+  DeviceBuffer<nv_bf16> copy_;
+  DeviceBuffer<float> drow_;
+};
+
+/// o, lse from q, k, v in bf16 on the tensor cores (padding tokens: o = 0, lse = -inf); the bf16
+/// copies stay in a.saved when it is given.
 template <class B>
 AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
                        const kernels::AttentionForwardArgs<float>& a) {
   const Geometry<float> g = geometry<float>(p);
   const index_t tokens = p.batch * p.seq;
-  MEGACPP_CUDA_CHECK(cudaMemsetAsync(a.o, 0, static_cast<std::size_t>(tokens * p.heads * p.head_dim) * sizeof(float), kStream));
-  fill<float>(a.lse, static_cast<std::size_t>(tokens * p.heads), -std::numeric_limits<float>::infinity());
+  if (has_padding(docs)) {  // else the kernel writes every row
+    MEGACPP_CUDA_CHECK(cudaMemsetAsync(a.o, 0, static_cast<std::size_t>(tokens * p.heads * p.head_dim) * sizeof(float), kStream));
+    fill<float>(a.lse, static_cast<std::size_t>(tokens * p.heads), -std::numeric_limits<float>::infinity());
+  }
   AttentionStats stats;
   stats.q_rows = kTileRows;
   stats.tile_k = kKeyStep;
@@ -95,20 +128,23 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   const DeviceWork& work = device_work(docs, kTileRows);
   count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
   if (work.count() == 0) return stats;
-  const index_t kv_rows = p.batch * p.seq * p.kv_heads;
-  const Bf16Rows q(a.q, tokens * p.heads, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim);
+  const auto copies = std::make_shared<const OperandCopies>(a.q, a.k, a.v, tokens * p.heads,
+                                                            p.batch * p.seq * p.kv_heads, p.head_dim);
+  const OperandCopies& c = *copies;
   with_padded_dim(p.head_dim, [&]<int D>() {
     const std::size_t shared = forward_shared_bytes<D>();
     prepare_launch(forward_kernel<D>, "forward", shared, work.count(), p.heads);
     forward_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-        g, work.device.get(), q.width(), q.get(), k.get(), v.get(), a.o, a.lse);
+        g, work.device.get(), c.q.width(), c.q.get(), c.k.get(), c.v.get(), a.o, a.lse);
     MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
   });
+  if (a.saved) a.saved->state = copies;
   return stats;
 }
 
-/// Adds dq, dk, dv (each may be null) in bf16 on the tensor cores: D = rowsum(bf16(dO) o O) in
-/// fp32, then dK/dV by key tile, then dQ by query tile.
+/// Adds dq, dk, dv (each may be null) in bf16 on the tensor cores: the bf16 dO and
+/// D = rowsum(bf16(dO) o O) in fp32, then dK/dV by key tile, then dQ by query tile. Reads the
+/// forward's bf16 copies of q, k, v from a.saved when it kept them, else makes them.
 template <class B>
 AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<B>& docs,
                         const kernels::AttentionBackwardArgs<float>& a) {
@@ -116,20 +152,18 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   if (!a.grad_q && !a.grad_k && !a.grad_v) return stats;
   const Geometry<float> g = geometry<float>(p);
   const index_t rows = p.batch * p.seq * p.heads;
-  const Bf16Rows grad_o(a.grad_o, rows, p.head_dim);
-  const DeviceBuffer<float> drow_buffer(static_cast<std::size_t>(rows));  // D = rowsum(dO o O): (batch, seq, heads)
-  float* drow = drow_buffer.get();
-  rounded_output_dot_kernel<float><<<grid_for(rows * 32), kThreads, 0, kStream>>>(rows, p.head_dim, grad_o.width(), a.o,
-                                                                                 grad_o.get(), drow);
-  MEGACPP_CUDA_CHECK_LAUNCH(rounded_output_dot_kernel);
+  const GradOutputRows grad_o(a.grad_o, a.o, rows, p.head_dim);
+  const float* drow = grad_o.drow();
   stats.two_pass = true;
   stats.q_rows = kTileRows;
   stats.tile_k = kKeyStep;
   stats.products = MatmulPrecision::bf16;
   const DeviceWork& work = device_work(docs, kTileRows);  // query tiles and key tiles alike: 64 tokens
   if (work.count() == 0) return stats;
-  const index_t kv_rows = p.batch * p.seq * p.kv_heads;
-  const Bf16Rows q(a.q, rows, p.head_dim), k(a.k, kv_rows, p.head_dim), v(a.v, kv_rows, p.head_dim);
+  std::optional<OperandCopies> made;  // only when the forward kept none
+  const OperandCopies* kept = a.saved ? static_cast<const OperandCopies*>(a.saved->state.get()) : nullptr;
+  if (!kept) kept = &made.emplace(a.q, a.k, a.v, rows, p.batch * p.seq * p.kv_heads, p.head_dim);
+  const Bf16Rows &q = kept->q, &k = kept->k, &v = kept->v;
   with_padded_dim(p.head_dim, [&]<int D>() {
     if (a.grad_k || a.grad_v) {
       const std::size_t shared = key_value_shared_bytes<D>();

@@ -302,16 +302,17 @@ struct TwoCopies {
   __host__ __device__ E* operator[](index_t copy) const { return copy % 2 ? second : first; }
 };
 
-// Forward: Q (64, D); each step's K and V (64 keys, D); bf16.
+// Forward: Q (64, D); the step's K and V (64 keys, D), one copy each (the forward refills each
+// while the other is read); bf16.
 template <int D>
 struct ForwardShared {
-  nv_bf16* q;
-  TwoCopies<nv_bf16> k, v;
+  nv_bf16 *q, *k, *v;
   std::size_t bytes;
   __host__ __device__ explicit ForwardShared(unsigned char* base) {
     SharedCarver c{reinterpret_cast<std::uintptr_t>(base)};
     q = c.take<nv_bf16>(Bf16Tile<kTileRows, D>::kBytes);
-    for (nv_bf16** copy : {&k.first, &k.second, &v.first, &v.second}) *copy = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
+    k = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
+    v = c.take<nv_bf16>(Bf16Tile<kKeyStep, D>::kBytes);
     bytes = c.used;
   }
 };
