@@ -7,7 +7,8 @@
 // produce the same tokens (with --temperature 0 this is the greedy equality the issue asks for).
 // Every flag is checked before the model is loaded, --tokens against the model's context, and
 // every failure is one line and an exit code (common/cli.hpp, docs/trainer.md). --device cuda
-// loads the model on the GPU and keeps its decode caches there (generate_run.hpp).
+// loads the model and its decode caches on the GPU (generate_run.hpp; each step's cache update
+// still runs on the host, docs/trainer.md).
 #include <string>
 
 #include <boost/program_options.hpp>

@@ -88,8 +88,8 @@ __device__ inline bool whole_step(index_t qs, index_t qe, int query_rows, index_
   return qe - qs == query_rows && ke - ks == key_rows && attention::tile_is_full(qs, qe, ks, ke, window);
 }
 
-// Starts copying key step s of a dQ block into copy s % 2 of the K and V
-// tiles of the kernel's shared plan `sh`, and commits the group. Every thread of the block calls it.
+// Starts copying key step s of a dQ block into copy s % 2 of the K and V tiles of the kernel's
+// shared plan `sh`, and commits the group. Every thread of the block calls it.
 template <int D, class Shared>
 __device__ void stage_key_step(const Shared& sh, const Geometry<float>& g, const WorkTile& w, index_t kvh,
                                const nv_bf16* k, const nv_bf16* v, index_t width, const KeySteps& steps, index_t s) {
@@ -121,7 +121,8 @@ __device__ attention::TileRange begin_key_step(const Shared& sh, const Geometry<
 }
 
 // Rounds rows of `dim` floats to bf16 rows of `width` (>= dim, a multiple of kRowAlign = 8) with
-// zero columns from dim on: the copies of q, k, v and dO the kernels read (stage_rows). One thread
+// zero columns from dim on: the copies of q, k and v the kernels read (stage_rows; dO's comes from
+// grad_output_rows_kernel, the same bits). One thread
 // per 8 outputs (one 16-byte store; two float4 loads where dim is a multiple of 4 and src is 16-byte
 // aligned), so the copy runs near the memory's bandwidth; launch over bf16_row_pieces(rows, width)
 // threads. (A template, as every kernel of a header: a plain __global__ defined here would be
