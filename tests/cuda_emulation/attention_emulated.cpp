@@ -30,12 +30,9 @@ flash::Geometry<float> geometry(const Problem& p) {
 // Outputs as forward() leaves them before its kernel (attention_launch.cuh, has_padding).
 AttentionRun prepared(const Problem& p, const AttentionRun& initial) {
   AttentionRun r = initial;
-  index_t covered = 0;
-  for (const auto& row : p.spans)
-    for (const DocumentSpan& span : row) covered += span.length;
   // With padding tokens forward() sets o = 0 and lse = -inf first; without, it leaves them as they
-  // were (has_padding), here NaN: any element the kernel does not write shows in every check.
-  const bool padding = covered < p.batch * p.seq;
+  // were, here NaN: any element the kernel does not write shows in every check.
+  const bool padding = flash::spans_leave_padding(p.spans, p.batch * p.seq);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   r.o.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads * p.dim), padding ? 0.0f : nan);
   r.lse.assign(static_cast<std::size_t>(p.batch * p.seq * p.heads), padding ? -std::numeric_limits<float>::infinity() : nan);
@@ -70,12 +67,21 @@ std::vector<std::uint16_t> emulated_bf16_rows(const float* src, index_t rows, in
   return bits;
 }
 
-GradOutputRowsRun emulated_grad_output_rows(const float* grad_o, const float* o, index_t rows, index_t dim) {
+namespace {
+// Mirrors tensor_core::GradOutputRows: dO's bf16 copy (rows of bf16_row_width(dim)) and D into drow.
+std::vector<__nv_bfloat16> grad_output_rows(const float* grad_o, const float* o, index_t rows, index_t dim, float* drow) {
   const index_t width = tc::bf16_row_width(dim);
   std::vector<__nv_bfloat16> copy(static_cast<std::size_t>(rows * width));
-  GradOutputRowsRun run{std::vector<std::uint16_t>(copy.size()), std::vector<float>(static_cast<std::size_t>(rows))};
   launch(tc::grad_output_rows_kernel<float>, {dim3(cuda::grid_for(tc::grad_row_threads(rows))), dim3(cuda::kThreads), 0},
-         rows, dim, width, grad_o, o, copy.data(), run.drow.data());
+         rows, dim, width, grad_o, o, copy.data(), drow);
+  return copy;
+}
+}  // namespace
+
+GradOutputRowsRun emulated_grad_output_rows(const float* grad_o, const float* o, index_t rows, index_t dim) {
+  GradOutputRowsRun run{{}, std::vector<float>(static_cast<std::size_t>(rows))};
+  const std::vector<__nv_bfloat16> copy = grad_output_rows(grad_o, o, rows, dim, run.drow.data());
+  run.grad_o_bits.resize(copy.size());
   std::memcpy(run.grad_o_bits.data(), copy.data(), copy.size() * sizeof(std::uint16_t));
   return run;
 }
@@ -97,9 +103,7 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
     });
   const index_t rows = p.batch * p.seq * p.heads;
   std::vector<float> drow(static_cast<std::size_t>(rows));
-  std::vector<__nv_bfloat16> grad_o(static_cast<std::size_t>(rows * width));  // tensor_core::GradOutputRows
-  launch(tc::grad_output_rows_kernel<float>, {dim3(cuda::grid_for(tc::grad_row_threads(rows))), dim3(cuda::kThreads), 0},
-         rows, p.dim, width, raw.grad_o.data(), r.o.data(), grad_o.data(), drow.data());
+  const std::vector<__nv_bfloat16> grad_o = grad_output_rows(raw.grad_o.data(), r.o.data(), rows, p.dim, drow.data());
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {
     if (wanted.k || wanted.v)

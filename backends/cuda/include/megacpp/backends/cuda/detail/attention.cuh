@@ -75,6 +75,15 @@ void with_row_layout(index_t dim, F&& f) {
   else f.template operator()<32, 8>();
 }
 
+// Whether `spans` leave some of `tokens` tokens in no document (padding): host work planning,
+// shared by the forwards' launch code (has_padding, attention_launch.cuh) and the host emulation.
+inline bool spans_leave_padding(const std::vector<std::vector<DocumentSpan>>& spans, index_t tokens) {
+  index_t covered = 0;
+  for (const auto& row : spans)
+    for (const DocumentSpan& span : row) covered += span.length;
+  return covered < tokens;
+}
+
 // The tiles of every document of every row (a layout's spans), in row and document order; `rows`
 // tokens per tile.
 inline std::vector<WorkTile> document_tiles(const std::vector<std::vector<DocumentSpan>>& spans, index_t rows) {

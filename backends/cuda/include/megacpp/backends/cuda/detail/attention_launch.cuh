@@ -45,10 +45,7 @@ const DeviceWork& device_work(const DocumentLayout<B>& docs, index_t rows) {
 // (25 us at batch 2 x 4096, 16 heads of 128 on an H100).
 template <class B>
 bool has_padding(const DocumentLayout<B>& docs) {
-  index_t covered = 0;
-  for (const auto& row : docs.spans)
-    for (const DocumentSpan& span : row) covered += span.length;
-  return covered < docs.batch * docs.seq;
+  return spans_leave_padding(docs.spans, docs.batch * docs.seq);
 }
 
 // Tile pairs and score elements a query-tile kernel (query tiles of `rows`, key tiles of `tile_k`)
