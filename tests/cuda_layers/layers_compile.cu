@@ -18,7 +18,7 @@ using namespace megacpp;
 
 // The CUDA backend implements every kernel contract (docs/architecture.md, "Kernel contracts").
 static_assert(kernels::AllKernels::implemented_by<Cuda>() ==
-                  std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true},
+                  std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true, true, true},
               "a kernel contract lacks its CUDA implementation: add it under backends/cuda/kernels/");
 
 // Every block type and the recipe's model types are complete types for Cuda: their declarations,

@@ -130,12 +130,15 @@ std::uint64_t kernel_case_seed(std::size_t index) {
 // --- running a case --------------------------------------------------------------------------------
 
 // The fused op's results: the forward value, then each input's gradient for the upstream gradient
-// drawn after the inputs.
+// drawn after the inputs; the forward value alone for a forward-only kernel (DecodeAttention: its
+// result carries no gradient).
 template <class T, Backend B>
 Outputs run_fused(const KernelCase<T, B>& c, std::uint64_t seed) {
   Harness<T, B> h(seed);
   const KernelProblem<T, B> p = c.make(h);
-  return h.finish(p.fused(p.inputs), p.inputs);
+  Var<T, B> y = p.fused(p.inputs);
+  if (!y.requires_grad()) return Outputs{Harness<T, B>::doubles(y.value())};
+  return h.finish(std::move(y), p.inputs);
 }
 
 // The reference's results for the same inputs and upstream gradient (its forward value alone when

@@ -8,12 +8,14 @@
 
 #include "support/kernel_case.hpp"
 #include "support/kernel_cases/causal_conv1d.hpp"
+#include "support/kernel_cases/decode_attention.hpp"
 #include "support/kernel_cases/fused_attention.hpp"
 #include "support/kernel_cases/gated_combine.hpp"
 #include "support/kernel_cases/grouped_gemm.hpp"
 #include "support/kernel_cases/softcap_cross_entropy.hpp"
 #include "support/kernel_cases/ssm_rotary.hpp"
 #include "support/kernel_cases/ssm_scan.hpp"
+#include "support/kernel_cases/ssm_step.hpp"
 
 namespace megacpp::testing {
 

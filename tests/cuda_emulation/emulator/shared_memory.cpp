@@ -13,6 +13,10 @@ thread_local __attribute__((aligned(128))) unsigned char tile_memory[megacpp::cu
 namespace megacpp::cuda::flash {
 thread_local __attribute__((aligned(16))) unsigned char shared_bytes[megacpp::cuda_emulation::kMaxDynamicShared];
 }
+// Mamba-3's decode step (detail/ssm/step.cuh): `step_shared`, 16-byte aligned.
+namespace megacpp::cuda::ssm {
+thread_local __attribute__((aligned(16))) unsigned char step_shared[megacpp::cuda_emulation::kMaxDynamicShared];
+}
 
 namespace megacpp::cuda_emulation {
 
@@ -20,6 +24,7 @@ const SharedArena* shared_arenas() {
   static const SharedArena arenas[] = {
       {"tile_memory", megacpp::cuda::flash::tensor_core::tile_memory, kMaxDynamicShared},
       {"shared_bytes", megacpp::cuda::flash::shared_bytes, kMaxDynamicShared},
+      {"step_shared", megacpp::cuda::ssm::step_shared, kMaxDynamicShared},
       {nullptr, nullptr, 0},
   };
   return arenas;

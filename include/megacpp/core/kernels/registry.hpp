@@ -12,12 +12,14 @@
 #include <string_view>
 
 #include "megacpp/core/kernels/attention.hpp"
+#include "megacpp/core/kernels/attention_decode.hpp"
 #include "megacpp/core/kernels/causal_conv1d.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
 #include "megacpp/core/kernels/gated_combine.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 #include "megacpp/core/kernels/ssm_scan.hpp"
+#include "megacpp/core/kernels/ssm_step.hpp"
 
 namespace megacpp::kernels {
 
@@ -32,11 +34,13 @@ struct KernelList {
 
 /// Every kernel contract, in the order of kKernelNames.
 using AllKernels =
-    KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm, GatedCombine>;
+    KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm, GatedCombine,
+               DecodeAttention, SsmStep>;
 
 /// The contracts' names, in the order of AllKernels.
-inline constexpr std::array<std::string_view, 7> kKernelNames{
-    "FusedAttention", "SsmScan", "SsmRotary", "CausalConv1d", "SoftcapCrossEntropy", "GroupedGemm", "GatedCombine"};
+inline constexpr std::array<std::string_view, 9> kKernelNames{
+    "FusedAttention", "SsmScan",      "SsmRotary",       "CausalConv1d", "SoftcapCrossEntropy",
+    "GroupedGemm",    "GatedCombine", "DecodeAttention", "SsmStep"};
 static_assert(AllKernels::size == kKernelNames.size(),
               "megacpp_kernel_registry: a contract was added to AllKernels without its name in kKernelNames");
 

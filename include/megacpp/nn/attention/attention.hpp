@@ -180,7 +180,8 @@ struct Attention {
   /// One decode step: u (batch, d_model), the token after each row's cached ones -> (batch,
   /// d_model). Rows with new_document[b] start a new document (cache row reset first); an empty
   /// vector means none does. Same projections, QK-norm and RoPE ops as forward; the attention
-  /// itself is detail::attention_decode_step. Records no gradients.
+  /// itself is the DecodeAttention kernel (the cache never leaves backend memory). Records no
+  /// gradients.
   Var<T, B> step(const Var<T, B>& u, AttentionCache<T, B>& cache, const std::vector<bool>& new_document = {}) const {
     NoGrad no_grad;
     const char* op = "Attention::step";
@@ -212,14 +213,8 @@ struct Attention {
       q = rope(q, positions, inv_freq);
       k = rope(k, positions, inv_freq);
     }
-    const std::vector<T> qh = q.value().to_host(), kh = k.value().to_host(), vh = v.value().to_host();
-    std::vector<T> o(static_cast<std::size_t>(batch * H * D));
-    {
-      detail::HostView<T, B> kc(cache.k), vc(cache.v);
-      detail::attention_decode_step<T>(batch, H, Hkv, D, cache.capacity(), options(), qh.data(), kh.data(), vh.data(),
-                                       kc.data(), vc.data(), cache.length, cache.position, o.data());
-    }
-    return reshape(wo.forward(Var<T, B>(Tensor<T, B>::from_host(Shape{batch, 1, H * D}, o))), Shape{batch, config.d_model});
+    const Tensor<T, B> o = detail::attend_one_step(cache, options(), config.window, H, q.value(), k.value(), v.value());
+    return reshape(wo.forward(Var<T, B>(o)), Shape{batch, config.d_model});
   }
 
   /// Visits "wq", "wk", "wv", "wo" (each ".weight") under `prefix`.

@@ -1,5 +1,6 @@
-// megacpp/nn/attention/decode.hpp: the attention KV cache and the host-side kernel of one decode
-// step (Attention::step), the attention counterpart of megacpp/nn/mamba/decode.hpp.
+// megacpp/nn/attention/decode.hpp: the attention KV cache of Attention::step, the attention
+// counterpart of megacpp/nn/mamba/decode.hpp. The step's attention itself is the DecodeAttention
+// kernel contract (megacpp/core/kernels/attention_decode.hpp): the cache stays in backend memory.
 //
 // Decoding feeds one token per row at a time. Everything the next token needs from the past is
 // the rotated keys and the values of the earlier tokens of its own document, so the cache holds,
@@ -13,24 +14,21 @@
 // itself, as the training kernel's per-document tiles do. A fresh cache is at position 0, which
 // matches DocumentLayout numbering tokens before a row's first BOS from 0 as document 0.
 //
-// One step for query token i (document position i), per head h reading kv head h / (H / Hkv)
-// (the FusedAttention contract's score rule, core/kernels/attention.hpp, the same order of operations as the dense reference):
-//   s_j = scale * q . k_j                 for the visible keys j: j <= i, and i - j < window (window > 0)
-//   s_j = cap * tanh(s_j / cap)           when cap > 0 (Gemma 2)
-//   p_j = softmax(s)_j;   o = sum_j p_j v_j
-// With a sliding window only the last `window` keys are visible, so the cache needs only
-// `window` slots: it is a ring buffer and never overflows. Without a window, a document longer
-// than the capacity is an error naming the capacity.
+// One step for query token i (document position i) sees the keys j <= i of its document with
+// i - j < window (window > 0), under the FusedAttention contract's score rule. With a sliding
+// window only the last `window` keys are visible, so the cache needs only `window` slots: it is a
+// ring buffer and never overflows. Without a window, a document longer than the capacity is an
+// error naming the capacity.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "megacpp/core/tensor.hpp"
 #include "megacpp/core/kernels/attention.hpp"
+#include "megacpp/core/kernels/attention_decode.hpp"
 #include "megacpp/nn/host_view.hpp"
 
 namespace megacpp {
@@ -80,56 +78,45 @@ void check_cache_room(const char* who, const AttentionCache<T, B>& cache, index_
           ": make the cache with a larger capacity (make_cache(batch, capacity)) or start a new document");
 }
 
-// One decode step of attention on the host, for every row and head:
-//   q      (batch, H, D)     the new tokens' queries, rotated (and QK-normed)
-//   k_new  (batch, Hkv, D)   their rotated keys;  v_new (batch, Hkv, D) their values
-//   k, v   (batch, slots, Hkv, D) the cache's memory; length, position: the cache's counters
-//   o      (batch, H, D)     output
-// Appends each row's token to its cache (advancing length and position), then attends over the
-// visible keys, oldest first. Scores, softcap, softmax and the weighted sum run in double: the
-// training kernel's float rounding is then the only difference left.
-template <class T>
-void attention_decode_step(index_t batch, index_t heads, index_t kv_heads, index_t dim, index_t slots,
-                           const AttentionOptions& opt, const T* q, const T* k_new, const T* v_new, T* k, T* v,
-                           std::vector<index_t>& length, std::vector<index_t>& position, T* o) {
-  const index_t group = heads / kv_heads, row_size = slots * kv_heads * dim;
-  const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(dim));
-  std::vector<double> s(static_cast<std::size_t>(slots)), acc(static_cast<std::size_t>(dim));
+// One decode step of attention for every row: q (batch, 1, H, D), k_new and v_new (batch, 1, Hkv, D),
+// backend tensors, the new tokens rotated (and QK-normed). Each row's token goes into its cache
+// slot and the row's counters move on; returns o (batch, 1, H * D). The attention is
+// kernels::DecodeAttention<B>::step, on the cache's own memory.
+template <class T, Backend B>
+Tensor<T, B> attend_one_step(AttentionCache<T, B>& cache, const AttentionOptions& opt, index_t window, index_t heads,
+                             const Tensor<T, B>& q, const Tensor<T, B>& k_new, const Tensor<T, B>& v_new) {
+  const index_t batch = cache.batch(), slots = cache.capacity(), Hkv = cache.k.shape()[2], D = cache.k.shape()[3];
+  kernels::AttentionDecodeParams p;
+  p.batch = batch;
+  p.heads = heads;
+  p.kv_heads = Hkv;
+  p.head_dim = D;
+  p.slots = slots;
+  p.scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  p.softcap = opt.softcap;
+  p.validate("Attention::step");
+  std::vector<kernels::DecodeRow> rows(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
     const auto bi = static_cast<std::size_t>(b);
-    const index_t i = position[bi], slot = i % slots;
-    std::copy_n(k_new + b * kv_heads * dim, kv_heads * dim, k + b * row_size + slot * kv_heads * dim);
-    std::copy_n(v_new + b * kv_heads * dim, kv_heads * dim, v + b * row_size + slot * kv_heads * dim);
-    length[bi] = std::min(length[bi] + 1, slots);
-    position[bi] = i + 1;
-    // visible keys: document positions [first, i]; the window keeps i - j < window
-    const index_t first = std::max(i - length[bi] + 1, opt.window > 0 ? i - opt.window + 1 : index_t(0));
-    const index_t n = i - first + 1;
-    for (index_t h = 0; h < heads; ++h) {
-      const T* qh = q + (b * heads + h) * dim;
-      const index_t kvh = h / group;
-      double m = -std::numeric_limits<double>::infinity();
-      for (index_t j = 0; j < n; ++j) {
-        const T* kj = k + b * row_size + ((first + j) % slots * kv_heads + kvh) * dim;
-        double dot = 0;
-        for (index_t d = 0; d < dim; ++d) dot += static_cast<double>(qh[d]) * static_cast<double>(kj[d]);
-        double sj = scale * dot;
-        if (opt.softcap > 0) sj = opt.softcap * std::tanh(sj / opt.softcap);
-        s[static_cast<std::size_t>(j)] = sj;
-        m = std::max(m, sj);
-      }
-      double l = 0;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (index_t j = 0; j < n; ++j) {
-        const double p = std::exp(s[static_cast<std::size_t>(j)] - m);
-        l += p;
-        const T* vj = v + b * row_size + ((first + j) % slots * kv_heads + kvh) * dim;
-        for (index_t d = 0; d < dim; ++d) acc[static_cast<std::size_t>(d)] += p * static_cast<double>(vj[d]);
-      }
-      T* oh = o + (b * heads + h) * dim;
-      for (index_t d = 0; d < dim; ++d) oh[d] = static_cast<T>(acc[static_cast<std::size_t>(d)] / l);
-    }
+    rows[bi] = kernels::decode_row(cache.length[bi], cache.position[bi], slots, window);
   }
+  kernels::check_decode_rows("Attention::step", p, rows.data());
+  Tensor<T, B> o(Shape{batch, 1, heads * D});
+  kernels::AttentionDecodeArgs<T> a;
+  a.q = q.data();
+  a.k_new = k_new.data();
+  a.v_new = v_new.data();
+  a.k = cache.k.data();
+  a.v = cache.v.data();
+  a.o = o.data();
+  a.rows = rows.data();
+  kernels::DecodeAttention<B>::step(p, a);
+  for (index_t b = 0; b < batch; ++b) {
+    const auto bi = static_cast<std::size_t>(b);
+    cache.length[bi] = std::min(cache.length[bi] + 1, slots);
+    cache.position[bi] += 1;
+  }
+  return o;
 }
 
 }  // namespace detail

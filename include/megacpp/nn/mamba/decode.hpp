@@ -1,13 +1,16 @@
-// megacpp/nn/mamba/decode.hpp: explicit decode caches and the host-side steps generation runs.
+// megacpp/nn/mamba/decode.hpp: the explicit decode caches of the SSM mixers' steps.
 //
-// Decoding advances one token at a time with the literal recurrence (sequential_scan.hpp's
-// recurrence_step). Everything the next token needs from the past lives in a cache:
+// Decoding advances one token at a time with the literal recurrence. Everything the next token
+// needs from the past lives in a cache:
 //   Mamba-3: the state H, the angle theta, and the previous token's rotated k and (up-projected)
 //            v for the trapezoid's beta term (mamba3.py's angle_dt_state, ssm_state, k_state,
-//            v_state; our state is stored (N, P), see sequential_scan.hpp);
-//   Mamba-2: the conv window (the last K - 1 conv inputs) and the state H.
-// A new document in a row resets that row's cache to zero (docs/recipe.md "Document masking"): pass `new_document` to the
-// layer's step(), or call reset(row).
+//            v_state; our state is stored (N, P), see sequential_scan.hpp). Mamba3::step runs
+//            the SsmStep kernel contract (core/kernels/ssm_step.hpp) on the cache in place, in
+//            backend memory;
+//   Mamba-2: the conv window (the last K - 1 conv inputs) and the state H; Mamba2::step still
+//            updates them on the host (sequential_scan.hpp's recurrence_step, nn/host_view.hpp).
+// A new document in a row resets that row's cache to zero (docs/recipe.md "Document masking"):
+// pass `new_document` to the layer's step(), or call reset(row).
 #pragma once
 
 #include <cmath>

@@ -33,6 +33,7 @@
 #include "megacpp/autograd/ops/shape.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 #include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/kernels/ssm_step.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/mamba/a_activation.hpp"
 #include "megacpp/nn/mamba/chunked_scan.hpp"
@@ -143,7 +144,8 @@ struct Mamba3 {
 
   /// One decode step: u (batch, d_model), the token after the cache's last -> (batch, d_model).
   /// Rows with new_document[b] start a new document (their cache is reset first); an empty vector
-  /// means no row does. Runs the literal recurrence; does not record gradients.
+  /// means no row does. Runs the literal recurrence through the SsmStep kernel (the cache never
+  /// leaves backend memory); does not record gradients.
   V step(const V& u, Mamba3Cache<T, B>& cache, const std::vector<bool>& new_document = {}) const {
     NoGrad no_grad;
     check(u.rank() == 2 && u.shape()[1] == config.d_model, "Mamba3::step", "input must be (batch, ", config.d_model,
@@ -159,31 +161,34 @@ struct Mamba3 {
       if (new_document[static_cast<std::size_t>(b)]) cache.reset(b);
 
     const Branches br = project(reshape(u, Shape{batch, 1, config.d_model}));
-    const std::vector<T> Bn = br.Bn.value().to_host(), Cn = br.Cn.value().to_host(), v = br.v.value().to_host();
-    const std::vector<T> dt = br.dt.value().to_host(), angle = br.angle.value().to_host();
-    const std::vector<T> la = br.log_alpha.value().to_host(), gam = br.gamma.value().to_host(), sh = br.shift.value().to_host();
-    const std::vector<T> Bb = B_bias.value().to_host(), Cb = C_bias.value().to_host(), Dv = D.value().to_host();
-    detail::HostView<T, B> state(cache.state), theta(cache.angle), k_prev(cache.k_prev), v_prev(cache.v_prev);
-    std::vector<T> y(static_cast<std::size_t>(batch * H * R * P)), q(static_cast<std::size_t>(R * N)), k(q.size()),
-        cosv(static_cast<std::size_t>(S)), sinv(cosv.size());
-    for (index_t b = 0; b < batch; ++b) {
-      for (index_t h = 0; h < H; ++h) {
-        const index_t bh = b * H + h;
-        // theta_t = wrap(theta_{t-1} + pi tanh(angle) dt): the rotary kernels' own formula
-        for (index_t s = 0; s < S; ++s) {
-          T& th = theta.data()[bh * S + s];
-          th = kernels::advance_angle(th, std::tanh(angle[b * S + s]), dt[bh]);
-          cosv[s] = std::cos(th);
-          sinv[s] = std::sin(th);
-        }
-        rotate(Bn.data() + b * R * N, Bb.data() + h * R * N, cosv, sinv, k.data());
-        rotate(Cn.data() + b * R * N, Cb.data() + h * R * N, cosv, sinv, q.data());
-        ssm_reference::recurrence_step<T>(R, N, P, state.data() + bh * N * P, k_prev.data() + bh * R * N,
-                                          v_prev.data() + bh * R * P, q.data(), k.data(), v.data() + bh * R * P, la[bh],
-                                          gam[bh], sh[bh], Dv[h], y.data() + bh * R * P);
-      }
-    }
-    const V yv(Tensor<T, B>::from_host({batch, 1, H, R, P}, y));
+    kernels::SsmStepParams p;
+    p.batch = batch;
+    p.heads = H;
+    p.rank = R;
+    p.d_state = N;
+    p.head_dim = P;
+    p.angles = S;
+    p.validate("Mamba3::step");
+    Tensor<T, B> y(Shape{batch, 1, H, R, P});
+    kernels::SsmStepArgs<T> a;
+    a.b = br.Bn.value().data();
+    a.c = br.Cn.value().data();
+    a.b_bias = B_bias.value().data();
+    a.c_bias = C_bias.value().data();
+    a.angle = br.angle.value().data();
+    a.dt = br.dt.value().data();
+    a.v = br.v.value().data();
+    a.log_alpha = br.log_alpha.value().data();
+    a.gamma = br.gamma.value().data();
+    a.shift = br.shift.value().data();
+    a.D = D.value().data();
+    a.state = cache.state.data();
+    a.theta = cache.angle.data();
+    a.k_prev = cache.k_prev.data();
+    a.v_prev = cache.v_prev.data();
+    a.y = y.data();
+    kernels::SsmStep<B>::step(p, a);
+    const V yv(std::move(y));
     return reshape(output(yv, br.z), Shape{batch, config.d_model});
   }
 
@@ -271,16 +276,6 @@ struct Mamba3 {
       gated = reshape(y, Shape{batch, seq, di}) * silu(z);
     }
     return out_proj.forward(gated);
-  }
-
-  // y = rotate(x + bias) for R rows of N: pairs (2i, 2i+1), i < S (the rotary kernels' rotate_pair).
-  void rotate(const T* x, const T* bias, const std::vector<T>& c, const std::vector<T>& s, T* y) const {
-    const index_t N = config.d_state, S = n_angles();
-    for (index_t r = 0; r < R; ++r) {
-      T* yr = y + r * N;
-      for (index_t n = 0; n < N; ++n) yr[n] = x[r * N + n] + bias[r * N + n];
-      for (index_t i = 0; i < S; ++i) kernels::rotate_pair(yr[2 * i], yr[2 * i + 1], c[i], s[i], yr[2 * i], yr[2 * i + 1]);
-    }
   }
 };
 

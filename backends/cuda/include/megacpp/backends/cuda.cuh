@@ -191,9 +191,11 @@ struct GatedCombine<Cuda> {
 
 // The document-aware kernels, each in its own header (after `Cuda` is complete).
 #include "megacpp/backends/cuda/kernels/attention.cuh"
+#include "megacpp/backends/cuda/kernels/attention_decode.cuh"
 #include "megacpp/backends/cuda/kernels/causal_conv1d.cuh"
 #include "megacpp/backends/cuda/kernels/ssm_rotary.cuh"
 #include "megacpp/backends/cuda/kernels/ssm_scan.cuh"
+#include "megacpp/backends/cuda/kernels/ssm_step.cuh"
 
 namespace megacpp {
 

@@ -5,8 +5,10 @@
 /// brings all of its kernels.
 ///
 ///   FusedAttention<Cpu>        detail/attention/{plan,tiles,forward,backward}.hpp
+///   DecodeAttention<Cpu>       detail/attention/decode.hpp
 ///   SsmScan<Cpu>               detail/ssm/{common,forward,backward}.hpp, detail/small_gemm.hpp
 ///   SsmRotary<Cpu>             detail/ssm/rotary.hpp
+///   SsmStep<Cpu>               detail/ssm/step.hpp
 ///   CausalConv1d<Cpu>          detail/ssm/conv1d.hpp
 ///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
 ///   GroupedGemm<Cpu>           detail/grouped_gemm.hpp
@@ -17,6 +19,7 @@
 
 #define MEGACPP_CPU_BACKEND_INTERNAL
 #include "megacpp/backends/cpu/detail/attention/backward.hpp"
+#include "megacpp/backends/cpu/detail/attention/decode.hpp"
 #include "megacpp/backends/cpu/detail/attention/forward.hpp"
 #include "megacpp/backends/cpu/detail/gated_combine.hpp"
 #include "megacpp/backends/cpu/detail/grouped_gemm.hpp"
@@ -24,6 +27,7 @@
 #include "megacpp/backends/cpu/detail/ssm/conv1d.hpp"
 #include "megacpp/backends/cpu/detail/ssm/forward.hpp"
 #include "megacpp/backends/cpu/detail/ssm/rotary.hpp"
+#include "megacpp/backends/cpu/detail/ssm/step.hpp"
 #undef MEGACPP_CPU_BACKEND_INTERNAL
 
 #include "megacpp/core/kernels/registry.hpp"
@@ -143,6 +147,28 @@ struct GroupedGemm<Cpu> {
   }
 };
 
+/// The CPU decode-step attention: one thread per (row, head), keys oldest first, in double.
+template <>
+struct DecodeAttention<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// Writes each row's new key and value into its cache slot, then o.
+  template <class T>
+  static void step(const AttentionDecodeParams& p, const AttentionDecodeArgs<T>& a) {
+    cpu::decode::attention_step<T>(p, a);
+  }
+};
+
+/// The CPU Mamba-3 decode step: one thread per (row, head), columns in order.
+template <>
+struct SsmStep<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// Advances every row's angles, state and previous-token buffers by one token; writes y.
+  template <class T>
+  static void step(const SsmStepParams& p, const SsmStepArgs<T>& a) {
+    cpu::ssm::decode_step<T>(p, a);
+  }
+};
+
 /// The CPU gated combine: threads own whole tokens, slots in order.
 template <>
 struct GatedCombine<Cpu> {
@@ -162,7 +188,7 @@ struct GatedCombine<Cpu> {
 }  // namespace megacpp::kernels
 
 namespace megacpp {
-static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true},
+static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true, true, true},
               "megacpp_cpu_backend_implements_every_kernel: the CPU backend is the reference and must implement every "
               "contract in megacpp/core/kernels/registry.hpp");
 }  // namespace megacpp
