@@ -18,6 +18,8 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
+#include <cmath>
+
 #include <cuda/std/limits>
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
@@ -40,6 +42,7 @@ template <class T>
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_kernel(kernels::AttentionDecodeParams p, index_t first_row, RowChunk chunk,
                             kernels::AttentionDecodeArgs<T> a, double* scores) {
+  using std::exp, std::tanh;  // the double overloads (device ones under nvcc), not megacpp's ops on Var
   const index_t h = blockIdx.x, r = blockIdx.y, b = first_row + r;
   const index_t Hkv = p.kv_heads, D = p.head_dim, kvh = h / p.group();
   const index_t i = chunk.rows[r].position, n = chunk.rows[r].visible, first = i - n + 1;
