@@ -39,8 +39,13 @@ AttentionRun prepared(const Problem& p, const AttentionRun& initial) {
   return r;
 }
 
+// The fp32 kernels' grid: (tile, head).
 dim3 grid(const std::vector<flash::WorkTile>& work, index_t heads) {
   return dim3(static_cast<unsigned>(work.size()), static_cast<unsigned>(heads));
+}
+// The tensor-core kernels' one-dimensional grid (tensor_core::block_grid): a block per (tile, head).
+dim3 tc_grid(const std::vector<flash::WorkTile>& work, index_t heads) {
+  return tc::block_grid("emulated", static_cast<index_t>(work.size()), heads);
 }
 
 }  // namespace
@@ -91,14 +96,15 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   const flash::Geometry<float> g = geometry(p);
   AttentionRun r = prepared(p, initial);
   // Mirrors tensor_core::forward and backward (attention_mma_launch.cuh).
-  const std::vector<flash::WorkTile> work = flash::document_tiles(p.spans, tc::kTileRows);
+  const std::vector<flash::WorkTile> work = flash::document_tiles(p.spans, tc::kTileRows, flash::TileOrder::late_queries_first);
+  const std::vector<flash::WorkTile> key_work = flash::document_tiles(p.spans, tc::kTileRows, flash::TileOrder::early_keys_first);
   const dim3 block(tc::kBlockThreads);
   const std::size_t cut = faults.shared_shortfall;
   const index_t width = tc::bf16_row_width(p.dim);
   const std::vector<__nv_bfloat16> q = bf16_rows(raw.q, p.dim), k = bf16_rows(raw.k, p.dim), v = bf16_rows(raw.v, p.dim);
   if (!work.empty())
     tc::with_padded_dim(p.dim, [&]<int D>() {
-      launch(tc::forward_kernel<D>, {grid(work, p.heads), block, tc::ForwardShared<D>(nullptr).bytes - cut}, g, work.data(),
+      launch(tc::forward_kernel<D>, {tc_grid(work, p.heads), block, tc::ForwardShared<D>(nullptr).bytes - cut}, g, work.data(),
              width, q.data(), k.data(), v.data(), r.o.data(), r.lse.data());
     });
   const index_t rows = p.batch * p.seq * p.heads;
@@ -107,11 +113,11 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {
     if (wanted.k || wanted.v)
-      launch(tc::key_value_grad_kernel<D>, {grid(work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g,
-             work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(),
+      launch(tc::key_value_grad_kernel<D>, {tc_grid(key_work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut},
+             g, key_work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(),
              wanted.k ? r.dk.data() : nullptr, wanted.v ? r.dv.data() : nullptr);
     if (wanted.q)
-      launch(tc::query_grad_kernel<D>, {grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g,
+      launch(tc::query_grad_kernel<D>, {tc_grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g,
              work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dq.data());
   });
   return r;

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "attention_checks.hpp"
+#define MEGACPP_CUDA_BACKEND_INTERNAL  // as device_code.hpp: the work lists under test
+#include "megacpp/backends/cuda/detail/attention.cuh"
+#undef MEGACPP_CUDA_BACKEND_INTERNAL
 #include "emulator/options.hpp"
 #include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/random.hpp"
@@ -135,6 +138,43 @@ TEST_CASE("the backward's dO copy and D come from one pass: the copy's bits, D t
       CHECK(worst < 1e-6);
     }
   }
+}
+
+// The kernels' work lists (TileOrder, detail/attention.cuh): each a permutation of the document
+// order; query tiles (forward, dQ) by decreasing tile index, the key tiles they visit; key tiles
+// (dK/dV) by decreasing tiles after them in their document, the query tiles that see them; ties
+// in document order.
+TEST_CASE("the bf16 kernels' work lists start the heaviest tiles first, each tile once", "[attention_mma]") {
+  namespace flash = cuda::flash;
+  const std::vector<std::vector<DocumentSpan>> spans{{{0, 200}, {200, 64}, {264, 1}}, {{0, 3}, {10, 400}, {410, 65}}};
+  const index_t rows = 64;
+  const std::vector<flash::WorkTile> documents = flash::document_tiles(spans, rows);
+  REQUIRE(documents.size() == 4 + 1 + 1 + 1 + 7 + 2);
+  auto place = [&](const flash::WorkTile& w) {  // index in document order
+    for (std::size_t i = 0; i < documents.size(); ++i)
+      if (documents[i].b == w.b && documents[i].start == w.start && documents[i].tile == w.tile) return i;
+    return documents.size();
+  };
+  for (const flash::TileOrder order : {flash::TileOrder::late_queries_first, flash::TileOrder::early_keys_first}) {
+    const std::vector<flash::WorkTile> list = flash::document_tiles(spans, rows, order);
+    INFO("order " << static_cast<int>(order));
+    auto work = [&](const flash::WorkTile& w) {
+      return order == flash::TileOrder::late_queries_first ? w.tile + 1 : (w.len + rows - 1) / rows - w.tile;
+    };
+    std::vector<int> seen(documents.size(), 0);
+    for (const flash::WorkTile& w : list) {
+      REQUIRE(place(w) < documents.size());
+      ++seen[place(w)];
+    }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    for (std::size_t i = 1; i < list.size(); ++i) {
+      CHECK(work(list[i - 1]) >= work(list[i]));
+      if (work(list[i - 1]) == work(list[i])) CHECK(place(list[i - 1]) < place(list[i]));
+    }
+  }
+  CHECK(flash::document_tiles(spans, rows, flash::TileOrder::late_queries_first).front().tile == 6);
+  const flash::WorkTile last = flash::document_tiles(spans, rows, flash::TileOrder::early_keys_first).back();
+  CHECK((last.b == 1 && last.start == 410 && last.tile == 1));  // the last of the one-tile-after ties
 }
 
 TEST_CASE("the case list is the one the tests above cover", "[attention_mma]") {

@@ -25,6 +25,7 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cuda/std/limits>
@@ -84,15 +85,36 @@ inline bool spans_leave_padding(const std::vector<std::vector<DocumentSpan>>& sp
   return covered < tokens;
 }
 
-// The tiles of every document of every row (a layout's spans), in row and document order; `rows`
-// tokens per tile.
-inline std::vector<WorkTile> document_tiles(const std::vector<std::vector<DocumentSpan>>& spans, index_t rows) {
+// The order of a work list, which is the order its blocks start in: the GPU starts a grid's
+// blocks by index as SMs free up. Causal tiles differ in work: query tile t of a document visits
+// t + 1 key tiles (fewer under a window, never more for a smaller t), and key tile t of an n-tile
+// document is seen by the queries of n - t query tiles. In document order the longest query tiles
+// start last and the SMs run dry unevenly at the end; heaviest first (longest processing time
+// first: Graham, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 1969) leaves
+// the shortest blocks for the end. The order moves no arithmetic: each block computes and writes
+// the same rows whenever it runs.
+enum class TileOrder : index_t {
+  documents = 0,           // row, document, tile
+  late_queries_first = 1,  // query-tile kernels (forward, dQ): decreasing tile index
+  early_keys_first = 2,    // key-tile kernels (dK/dV): decreasing tiles after this one in its document
+};
+
+// The tiles of every document of every row (a layout's spans), `rows` tokens per tile, in `order`
+// (ties in document order).
+inline std::vector<WorkTile> document_tiles(const std::vector<std::vector<DocumentSpan>>& spans, index_t rows,
+                                            TileOrder order = TileOrder::documents) {
   std::vector<WorkTile> work;
   for (std::size_t b = 0; b < spans.size(); ++b)
     for (const DocumentSpan& span : spans[b])
       for (index_t t = 0; t < attention::tile_count(span.length, rows); ++t)
         work.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(span.start),
                         static_cast<std::int32_t>(span.length), static_cast<std::int32_t>(t)});
+  auto later_tiles = [rows](const WorkTile& w) { return attention::tile_count(w.len, rows) - w.tile; };
+  if (order == TileOrder::late_queries_first)
+    std::stable_sort(work.begin(), work.end(), [](const WorkTile& a, const WorkTile& b) { return a.tile > b.tile; });
+  else if (order == TileOrder::early_keys_first)
+    std::stable_sort(work.begin(), work.end(),
+                     [&](const WorkTile& a, const WorkTile& b) { return later_tiles(a) > later_tiles(b); });
   return work;
 }
 

@@ -29,14 +29,14 @@ struct DeviceWork {
   unsigned count() const { return static_cast<unsigned>(host.size()); }
 };
 
-// The layout's work list of `rows`-token tiles, planned and uploaded by the first call that needs
+// The layout's work list of `rows`-token tiles in `order`, planned and uploaded by the first call that needs
 // it and kept with the layout (kernels::DerivedPlans): every later attention call on the same batch,
 // forward or backward, in any layer, launches without a host-to-device copy that would wait for the
 // GPU to drain.
 template <class B>
-const DeviceWork& device_work(const DocumentLayout<B>& docs, index_t rows) {
-  return docs.plans->template get<DeviceWork>({rows, 0},
-                                              [&] { return std::make_shared<DeviceWork>(document_tiles(docs.spans, rows)); });
+const DeviceWork& device_work(const DocumentLayout<B>& docs, index_t rows, TileOrder order = TileOrder::documents) {
+  return docs.plans->template get<DeviceWork>(
+      {rows, static_cast<index_t>(order)}, [&] { return std::make_shared<DeviceWork>(document_tiles(docs.spans, rows, order)); });
 }
 
 // Whether some token of the layout is in no span (padding, from_spans only). The forward kernels

@@ -16,11 +16,12 @@
 // dS = P (dP - D)(1 - tanh^2) is formed, and the final O / l, scale dK, scale dQ. l sums the fp32
 // P, as FlashAttention-2's kernels do, so the rounding of P is an error of the numerator only.
 //
-// Work is planned exactly as in the fp32 kernel: per document, the same tiling functions
+// Work is planned as in the fp32 kernel: per document, the same tiling functions
 // (attention_tiling.hpp), a block per (document tile, head), only the visible tiles visited and
-// each trimmed to computed_keys; GQA by index; padding tokens are never visited. Tiles are 64
-// rows (query tiles; key tiles in the dK/dV pass), split into 4 warp strips of 16 rows: warp w
-// owns rows [16w, 16w + 16) of every product it computes and of the elementwise work between
+// each trimmed to computed_keys; GQA by index; padding tokens are never visited. Here the blocks
+// start heaviest first (TileOrder; BlockPlace in attention_mma_tiles.cuh). Tiles are 64 rows
+// (query tiles; key tiles in the dK/dV pass), split into 4 warp strips of 16 rows: warp w owns
+// rows [16w, 16w + 16) of every product it computes and of the elementwise work between
 // them, in its own registers, so inside a tile step no warp waits for another. Shared memory
 // holds the bf16 operand tiles only. In the backward the ones that change every step come twice,
 // the next step's fetched by cp.async while this step's products run, and one __syncthreads per
@@ -54,11 +55,12 @@ namespace megacpp::cuda::flash::tensor_core {
 // The query tile a forward or dQ block owns: its document tile and head, queries [qs, qe), and
 // the calling warp (rows [16 warp, 16 warp + 16) of the tile).
 struct QueryTile {
+  BlockPlace place;
   WorkTile w;
   index_t h, kvh, qs, qe;
   int warp;
   __device__ QueryTile(const Geometry<float>& g, const WorkTile* work)
-      : w(work[blockIdx.x]), h(blockIdx.y), kvh(h / g.group), qs(static_cast<index_t>(w.tile) * kTileRows),
+      : place(g.heads), w(work[place.item]), h(place.head), kvh(h / g.group), qs(static_cast<index_t>(w.tile) * kTileRows),
         qe(qs + kTileRows < w.len ? qs + kTileRows : w.len), warp(static_cast<int>(threadIdx.x / 32)) {}
 };
 
@@ -365,8 +367,9 @@ __global__ void __launch_bounds__(kBlockThreads, kBackwardBlocksPerSm<D>)
   using QTile = Bf16Tile<kQueryStep, D>;
   extern __shared__ __align__(128) unsigned char tile_memory[];
   const KeyValueShared<D> sh(tile_memory);
-  const WorkTile w = work[blockIdx.x];
-  const index_t kvh = blockIdx.y;
+  const BlockPlace place(g.kv_heads);
+  const WorkTile w = work[place.item];
+  const index_t kvh = place.head;
   const int warp = static_cast<int>(threadIdx.x / 32);
   const FragmentPlace at;
   const index_t ks = static_cast<index_t>(w.tile) * kTileRows, ke = ks + kTileRows < w.len ? ks + kTileRows : w.len;

@@ -51,17 +51,15 @@ std::size_t key_value_shared_bytes() { return KeyValueShared<D>(nullptr).bytes; 
 template <int D>
 std::size_t query_shared_bytes() { return QueryShared<D>(nullptr).bytes; }
 
-// The launch checks on the host: grid sizes, and the kernel's shared memory against the device's
-// per-block opt-in limit (H100: 227 KB), then the opt-in above 48 KB.
+// The launch checks on the host: the kernel's shared memory against the device's per-block
+// opt-in limit (H100: 227 KB), then the opt-in above 48 KB.
 template <class Kernel>
-void prepare_launch(Kernel kernel, const char* name, std::size_t shared, unsigned blocks, index_t heads) {
+void prepare_launch(Kernel kernel, const char* name, std::size_t shared) {
   int device = 0, limit = 0;
   MEGACPP_CUDA_CHECK(cudaGetDevice(&device));
   MEGACPP_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   check(shared <= static_cast<std::size_t>(limit), "FusedAttention<Cuda> bf16", name, " needs ", shared,
         " bytes of shared memory per block, the device allows ", limit);
-  check(blocks <= static_cast<unsigned>(std::numeric_limits<int>::max()) && heads <= 65535, "FusedAttention<Cuda> bf16",
-        name, ": grid (", blocks, ", ", heads, ") exceeds (2^31 - 1, 65535)");
   allow_shared_memory(kernel, shared);
 }
 
@@ -125,7 +123,7 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   stats.q_rows = kTileRows;
   stats.tile_k = kKeyStep;
   stats.products = MatmulPrecision::bf16;
-  const DeviceWork& work = device_work(docs, kTileRows);
+  const DeviceWork& work = device_work(docs, kTileRows, TileOrder::late_queries_first);
   count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
   if (work.count() == 0) return stats;
   const auto copies = std::make_shared<const OperandCopies>(a.q, a.k, a.v, tokens * p.heads,
@@ -133,8 +131,8 @@ AttentionStats forward(const kernels::AttentionParams& p, const DocumentLayout<B
   const OperandCopies& c = *copies;
   with_padded_dim(p.head_dim, [&]<int D>() {
     const std::size_t shared = forward_shared_bytes<D>();
-    prepare_launch(forward_kernel<D>, "forward", shared, work.count(), p.heads);
-    forward_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
+    prepare_launch(forward_kernel<D>, "forward", shared);
+    forward_kernel<D><<<block_grid("forward", work.count(), p.heads), kBlockThreads, shared, kStream>>>(
         g, work.device.get(), c.q.width(), c.q.get(), c.k.get(), c.v.get(), a.o, a.lse);
     MEGACPP_CUDA_CHECK_LAUNCH(forward_kernel);
   });
@@ -158,8 +156,10 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   stats.q_rows = kTileRows;
   stats.tile_k = kKeyStep;
   stats.products = MatmulPrecision::bf16;
-  const DeviceWork& work = device_work(docs, kTileRows);  // query tiles and key tiles alike: 64 tokens
-  if (work.count() == 0) return stats;
+  // Query tiles and key tiles alike are 64 tokens; each pass starts its heaviest blocks first.
+  const DeviceWork& key_work = device_work(docs, kTileRows, TileOrder::early_keys_first);
+  const DeviceWork& query_work = device_work(docs, kTileRows, TileOrder::late_queries_first);
+  if (query_work.count() == 0) return stats;
   std::optional<OperandCopies> made;  // only when the forward kept none
   const OperandCopies* kept = a.saved ? static_cast<const OperandCopies*>(a.saved->state.get()) : nullptr;
   if (!kept) kept = &made.emplace(a.q, a.k, a.v, rows, p.batch * p.seq * p.kv_heads, p.head_dim);
@@ -167,17 +167,17 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
   with_padded_dim(p.head_dim, [&]<int D>() {
     if (a.grad_k || a.grad_v) {
       const std::size_t shared = key_value_shared_bytes<D>();
-      prepare_launch(key_value_grad_kernel<D>, "dK/dV", shared, work.count(), p.kv_heads);
-      key_value_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.kv_heads)), kBlockThreads, shared, kStream>>>(
-          g, work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v);
+      prepare_launch(key_value_grad_kernel<D>, "dK/dV", shared);
+      key_value_grad_kernel<D><<<block_grid("dK/dV", key_work.count(), p.kv_heads), kBlockThreads, shared, kStream>>>(
+          g, key_work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v);
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
     }
     if (a.grad_q) {
-      count_query_tiles(work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
+      count_query_tiles(query_work.host, kTileRows, kKeyStep, p.heads, p.window, stats);
       const std::size_t shared = query_shared_bytes<D>();
-      prepare_launch(query_grad_kernel<D>, "dQ", shared, work.count(), p.heads);
-      query_grad_kernel<D><<<dim3(work.count(), static_cast<unsigned>(p.heads)), kBlockThreads, shared, kStream>>>(
-          g, work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_q);
+      prepare_launch(query_grad_kernel<D>, "dQ", shared);
+      query_grad_kernel<D><<<block_grid("dQ", query_work.count(), p.heads), kBlockThreads, shared, kStream>>>(
+          g, query_work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_q);
       MEGACPP_CUDA_CHECK_LAUNCH(query_grad_kernel);
     }
   });

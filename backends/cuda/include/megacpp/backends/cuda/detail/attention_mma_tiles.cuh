@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
@@ -47,6 +48,23 @@ void with_padded_dim(index_t dim, F&& f) {
   if (dim <= 64) f.template operator()<64>();
   else f.template operator()<128>();
 }
+
+// The grid of every kernel (attention_mma.cuh): one-dimensional, tiles x heads blocks numbered
+// tile-major with the heads fastest. The blocks then start in the work list's order (heaviest
+// first: TileOrder, attention.cuh) across all heads, and the heads of a tile, which read the same
+// K and V under GQA, start together. block_grid (host: the launches and the emulation) checks the
+// count against the grid's limit; BlockPlace is a block's tile and head.
+inline dim3 block_grid(const char* name, index_t tiles, index_t heads) {
+  const index_t blocks = tiles * heads;
+  check(blocks <= std::numeric_limits<int>::max(), "FusedAttention<Cuda> bf16", name, ": ", tiles, " tiles x ", heads,
+        " heads = ", blocks, " blocks exceed the grid's 2^31 - 1");
+  return dim3(static_cast<unsigned>(blocks));
+}
+struct BlockPlace {
+  index_t item, head;
+  __device__ explicit BlockPlace(index_t heads)
+      : item(static_cast<index_t>(blockIdx.x) / heads), head(static_cast<index_t>(blockIdx.x) % heads) {}
+};
 
 // A (Rows, Cols) row-major bf16 tile in shared memory, rows padded by 16 bytes (see the top).
 template <int Rows, int Cols>
