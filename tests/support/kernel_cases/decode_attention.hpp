@@ -7,7 +7,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -85,15 +84,7 @@ struct KernelCases<kernels::DecodeAttention> {
                               const std::vector<Var<T, B>>& in) {
     const index_t batch = docs.batch, seq = docs.seq, H = in[0].shape()[2], Hkv = in[1].shape()[2],
                   D = in[0].shape()[3];
-    kernels::AttentionDecodeParams p;
-    p.batch = batch;
-    p.heads = H;
-    p.kv_heads = Hkv;
-    p.head_dim = D;
-    p.slots = slots;
-    p.scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
-    p.softcap = options.softcap;
-    p.validate("decode_all");
+    const auto p = kernels::AttentionDecodeParams::of("decode_all", batch, H, Hkv, D, slots, options);
     const std::vector<T> q = in[0].value().to_host(), k = in[1].value().to_host(), v = in[2].value().to_host();
     Tensor<T, B> k_cache = Tensor<T, B>::zeros({batch, slots, Hkv, D}), v_cache = Tensor<T, B>::zeros({batch, slots, Hkv, D});
     std::vector<index_t> length(static_cast<std::size_t>(batch), 0), position(static_cast<std::size_t>(batch), 0);

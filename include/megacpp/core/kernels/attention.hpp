@@ -139,6 +139,12 @@ struct FusedAttention {
   }
 };
 
+/// The score scale `opt` resolves to for heads of head_dim features: its own, or 1 / sqrt(head_dim)
+/// when it leaves it 0 (Vaswani et al., arXiv:1706.03762).
+inline double resolved_scale(const AttentionOptions& opt, index_t head_dim) {
+  return opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
 /// Validates q (B, T, H, D), k and v (B, T, Hkv, D) against each other and the documents, and
 /// resolves the options into kernel parameters. Errors name the op and carry the shapes.
 template <class B>
@@ -164,7 +170,7 @@ AttentionParams attention_params(const std::string& op, const Shape& q, const Sh
   p.heads = q[2];
   p.kv_heads = k[2];
   p.head_dim = q[3];
-  p.scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(q[3]));
+  p.scale = resolved_scale(opt, q[3]);
   p.softcap = opt.softcap;
   p.window = opt.window;
   p.tiles = opt.tiles;

@@ -25,6 +25,7 @@
 
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/error.hpp"
+#include "megacpp/core/kernels/attention.hpp"
 #include "megacpp/core/kernels/kernel.hpp"
 
 namespace megacpp::kernels {
@@ -41,6 +42,15 @@ struct AttentionDecodeParams {
 
   /// Query heads per kv head.
   MEGACPP_HD index_t group() const { return heads / kv_heads; }
+
+  /// A step's parameters from its sizes and the layer's options, the score scale resolved as the
+  /// FusedAttention contract resolves it (resolved_scale); validated, errors naming `op`.
+  static AttentionDecodeParams of(const char* op, index_t batch, index_t heads, index_t kv_heads, index_t head_dim,
+                                  index_t slots, const AttentionOptions& opt) {
+    const AttentionDecodeParams p{batch, heads, kv_heads, head_dim, slots, resolved_scale(opt, head_dim), opt.softcap};
+    p.validate(op);
+    return p;
+  }
 
   /// Throws unless the sizes are positive, kv_heads divides heads and scale is finite and non-zero.
   void validate(const char* op) const {

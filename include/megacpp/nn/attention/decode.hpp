@@ -22,7 +22,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -53,13 +52,11 @@ struct AttentionCache {
   index_t batch() const { return k.defined() ? k.shape()[0] : 0; }
   /// Token slots per row.
   index_t capacity() const { return k.defined() ? k.shape()[1] : 0; }
-  /// Starts a new document in `row`: nothing of the past stays visible.
+  /// Starts a new document in `row`: nothing of the past stays visible. The old keys and values
+  /// stay in their slots: a step reads only the slots of the keys its row sees (DecodeRow), each
+  /// written since the reset.
   void reset(index_t row) {
     check(row >= 0 && row < batch(), "AttentionCache::reset", "row ", row, " out of range for batch ", batch());
-    for (Tensor<T, B>* t : {&k, &v}) {
-      Tensor<T, B> r = t->rows(row, row + 1);
-      r.fill(T(0));
-    }
     length[static_cast<std::size_t>(row)] = 0;
     position[static_cast<std::size_t>(row)] = 0;
   }
@@ -86,15 +83,7 @@ template <class T, Backend B>
 Tensor<T, B> attend_one_step(AttentionCache<T, B>& cache, const AttentionOptions& opt, index_t window, index_t heads,
                              const Tensor<T, B>& q, const Tensor<T, B>& k_new, const Tensor<T, B>& v_new) {
   const index_t batch = cache.batch(), slots = cache.capacity(), Hkv = cache.k.shape()[2], D = cache.k.shape()[3];
-  kernels::AttentionDecodeParams p;
-  p.batch = batch;
-  p.heads = heads;
-  p.kv_heads = Hkv;
-  p.head_dim = D;
-  p.slots = slots;
-  p.scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D));
-  p.softcap = opt.softcap;
-  p.validate("Attention::step");
+  const auto p = kernels::AttentionDecodeParams::of("Attention::step", batch, heads, Hkv, D, slots, opt);
   std::vector<kernels::DecodeRow> rows(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
     const auto bi = static_cast<std::size_t>(b);

@@ -161,13 +161,7 @@ struct Mamba3 {
       if (new_document[static_cast<std::size_t>(b)]) cache.reset(b);
 
     const Branches br = project(reshape(u, Shape{batch, 1, config.d_model}));
-    kernels::SsmStepParams p;
-    p.batch = batch;
-    p.heads = H;
-    p.rank = R;
-    p.d_state = N;
-    p.head_dim = P;
-    p.angles = S;
+    const kernels::SsmStepParams p{batch, H, R, N, P, S};
     p.validate("Mamba3::step");
     Tensor<T, B> y(Shape{batch, 1, H, R, P});
     kernels::SsmStepArgs<T> a;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "megacpp/autograd/grad_mode.hpp"
+#include "megacpp/core/kernels/ssm_step.hpp"
 #include "megacpp/nn/mamba/scan_inputs.hpp"
 
 namespace megacpp {
@@ -29,34 +30,17 @@ namespace ssm_reference {
 
 /// One token of the recurrence for one head, on host memory.
 /// state (N, P), k_prev (R, N), v_prev (R, P) are updated in place (k_prev, v_prev become k, v);
-/// q, k (R, N), v (R, P) are this token's; y (R, P) receives H^T q_r + D v_r.
+/// q, k (R, N), v (R, P) are this token's; y (R, P) receives H^T q_r + D v_r. Column by column,
+/// the decode step's own arithmetic (kernels::ssm_step_column), so the reference and the
+/// SsmStep kernels cannot drift apart.
 template <class T>
 void recurrence_step(index_t R, index_t N, index_t P, T* state, T* k_prev, T* v_prev, const T* q, const T* k,
                      const T* v, T log_alpha, T gamma, T shift, T D, T* y) {
   const T alpha = std::exp(log_alpha);
   const T beta = shift * alpha;
-  for (index_t n = 0; n < N; ++n) {
-    T* s = state + n * P;
-    for (index_t p = 0; p < P; ++p) s[p] *= alpha;
-    for (index_t r = 0; r < R; ++r) {
-      const T kb = beta * k_prev[r * N + n];
-      const T kg = gamma * k[r * N + n];
-      const T* vp = v_prev + r * P;
-      const T* vc = v + r * P;
-      for (index_t p = 0; p < P; ++p) s[p] += kb * vp[p] + kg * vc[p];
-    }
-  }
-  for (index_t r = 0; r < R; ++r) {
-    T* yr = y + r * P;
-    for (index_t p = 0; p < P; ++p) yr[p] = D * v[r * P + p];
-    for (index_t n = 0; n < N; ++n) {
-      const T qn = q[r * N + n];
-      const T* s = state + n * P;
-      for (index_t p = 0; p < P; ++p) yr[p] += qn * s[p];
-    }
-  }
+  for (index_t p = 0; p < P; ++p)
+    kernels::ssm_step_column<T>(R, N, P, p, state, k_prev, v_prev, q, k, v, alpha, beta, gamma, D, y);
   std::copy(k, k + R * N, k_prev);
-  std::copy(v, v + R * P, v_prev);
 }
 
 /// The whole scan on host arrays (layouts of ScanInputs); shift and D may be null.
