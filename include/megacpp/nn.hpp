@@ -5,7 +5,7 @@
 #include "megacpp/nn/attention.hpp"
 #include "megacpp/nn/aux_loss.hpp"
 #include "megacpp/nn/block.hpp"
-#include "megacpp/nn/host_view.hpp"
+#include "megacpp/nn/cache_shape.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
 #include "megacpp/nn/m2rnn.hpp"

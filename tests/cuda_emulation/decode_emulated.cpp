@@ -1,5 +1,6 @@
-// tests/cuda_emulation/decode_emulated.cpp: DecodeAttention<Cuda>::step (kernels/attention_decode.cuh)
-// and SsmStep<Cuda>::step (kernels/ssm_step.cuh) on the emulator. Those functions launch with <<<>>>,
+// tests/cuda_emulation/decode_emulated.cpp: DecodeAttention<Cuda>::step (kernels/attention_decode.cuh),
+// SsmStep<Cuda>::step (kernels/ssm_step.cuh) and M2RNNStep<Cuda>::step (kernels/m2rnn_step.cuh) on
+// the emulator. Those functions launch with <<<>>>,
 // which a host compiler does not take, so this file includes the kernel headers alone and mirrors
 // the launches: the same kernels, grids, block sizes and shared memory, the attention's chunks of
 // rows and its score scratch (filled with NaN, as the device allocation leaves it uninitialized: a
@@ -14,6 +15,7 @@
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as kernels/*.cuh do around their detail headers
 #include "megacpp/backends/cuda/detail/attention_decode.cuh"
+#include "megacpp/backends/cuda/detail/m2rnn_step.cuh"
 #include "megacpp/backends/cuda/detail/ssm/step.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
@@ -43,6 +45,13 @@ void ssm_step(const kernels::SsmStepParams& p, const kernels::SsmStepArgs<T>& a)
   launch(cuda::ssm::ssm_step_kernel<T>, config, p, a);
 }
 
+template <class T>
+void m2rnn_step(const kernels::M2RNNStepParams& p, const kernels::M2RNNStepArgs<T>& a) {
+  const LaunchConfig config{dim3(cuda::grid_per_item(p.batch * p.heads)), dim3(cuda::m2rnn::kM2RNNStepThreads),
+                            cuda::m2rnn::step_shared_bytes<T>(p)};
+  launch(cuda::m2rnn::m2rnn_step_kernel<T>, config, p, a);
+}
+
 }  // namespace
 
 void emulated_decode_step(const kernels::AttentionDecodeParams& p, const kernels::AttentionDecodeArgs<float>& a) {
@@ -54,5 +63,10 @@ void emulated_decode_step(const kernels::AttentionDecodeParams& p, const kernels
 
 void emulated_ssm_step(const kernels::SsmStepParams& p, const kernels::SsmStepArgs<float>& a) { ssm_step(p, a); }
 void emulated_ssm_step(const kernels::SsmStepParams& p, const kernels::SsmStepArgs<double>& a) { ssm_step(p, a); }
+
+void emulated_m2rnn_step(const kernels::M2RNNStepParams& p, const kernels::M2RNNStepArgs<float>& a) { m2rnn_step(p, a); }
+void emulated_m2rnn_step(const kernels::M2RNNStepParams& p, const kernels::M2RNNStepArgs<double>& a) {
+  m2rnn_step(p, a);
+}
 
 }  // namespace megacpp::cuda_emulation

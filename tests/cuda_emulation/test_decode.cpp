@@ -1,16 +1,17 @@
 // tests/cuda_emulation/test_decode.cpp: the CUDA decode steps on the emulator against the CPU
 // backend's. Mamba-3's recurrence (SsmStep<Cuda>, detail/ssm/step.cuh): every output and cache
 // bitwise SsmStep<Cpu>'s (the same operations per element, the host's libm on both), SISO and
-// MIMO, every pair rotated or some, more columns than a block has threads, rows reset at their
-// document starts. The attention (DecodeAttention<Cuda>, detail/attention_decode.cuh), against
-// DecodeAttention<Cpu>, in
-// float and double: rows of documents decoded token by token (GQA, softcap, a ring buffer of
-// window slots, a window inside a larger cache), a full cache of more keys than a block has
-// threads, head_dim wider than a block, more rows than a launch takes. The caches start as NaN
-// (uninitialized memory): a key outside a row's visible ones that were read would show. Also:
-// the same bits run to run and under another schedule, and one row's tokens never reaching
-// another row's outputs (bitwise). The contract's own cases (tests/support/kernel_cases/
-// decode_attention.hpp) need a backend; these drive the kernel on host vectors.
+// MIMO, B and C in groups of heads (Mamba-2's step), every pair rotated or some, more columns than
+// a block has threads, rows reset at their document starts. M2RNN's (M2RNNStep<Cuda>,
+// detail/m2rnn_step.cuh): y and the state bitwise M2RNNStep<Cpu>'s, likewise, and the same bits
+// under a reversed schedule of the block's threads. The attention (DecodeAttention<Cuda>,
+// detail/attention_decode.cuh), against DecodeAttention<Cpu>, in float and double: rows of
+// documents decoded token by token (GQA, softcap, a ring buffer of window slots, a window inside a
+// larger cache), a full cache of more keys than a block has threads, head_dim wider than a block,
+// more rows than a launch takes. The caches start as NaN (uninitialized memory): a key outside a
+// row's visible ones that were read would show. Also: the same bits run to run and under another
+// schedule, and one row's tokens never reaching another row's outputs (bitwise). The contracts'
+// own cases (tests/support/kernel_cases/) need a backend; these drive the kernels on host vectors.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "decode_emulated.hpp"
@@ -258,7 +260,7 @@ struct StepRun {
 template <class T>
 StepRun<T> run_steps(const StepCase& c, Kernel kernel) {
   const kernels::SsmStepParams& p = c.p;
-  const index_t B = p.batch, H = p.heads, R = p.rank, N = p.d_state, P = p.head_dim, S = p.angles;
+  const index_t B = p.batch, H = p.heads, R = p.rank, N = p.d_state, P = p.head_dim, S = p.angles, G = p.groups;
   const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
   StepRun<T> run{std::vector<T>(n(B * H * N * P)), std::vector<T>(n(B * H * S)), std::vector<T>(n(B * H * R * N)),
                  std::vector<T>(n(B * H * R * P)), {}};
@@ -269,7 +271,7 @@ StepRun<T> run_steps(const StepCase& c, Kernel kernel) {
     if (std::find(c.resets.begin(), c.resets.end(), t) != c.resets.end())
       for (auto* cache : {&run.state, &run.theta, &run.k_prev, &run.v_prev})
         std::fill(cache->begin(), cache->begin() + static_cast<std::ptrdiff_t>(cache->size() / n(B)), T(0));
-    const std::vector<T> b = uniform<T>(n(B * R * N), rng), cc = uniform<T>(n(B * R * N), rng),
+    const std::vector<T> b = uniform<T>(n(B * G * R * N), rng), cc = uniform<T>(n(B * G * R * N), rng),
                          angle = uniform<T>(n(B * S), rng), v = uniform<T>(n(B * H * R * P), rng),
                          gamma = uniform<T>(n(B * H), rng), shift = uniform<T>(n(B * H), rng);
     std::vector<T> dt = uniform<T>(n(B * H), rng), log_alpha = uniform<T>(n(B * H), rng);
@@ -293,6 +295,7 @@ const std::vector<StepCase>& step_cases() {
        {2, 3, 1, 6, 5, 2}, 7, {3, 4}},
       {"MIMO rank 3, d_state 8 with every pair rotated, head_dim 4", {1, 2, 3, 8, 4, 4}, 5, {}},
       {"head_dim 130 (more columns than the block's 128 threads), MIMO rank 2", {2, 1, 2, 4, 130, 1}, 3, {1}},
+      {"Mamba-2's step: 6 heads in 3 groups of B and C, SISO, no angles", {2, 6, 1, 4, 5, 0, 3}, 4, {2}},
   };
   return all;
 }
@@ -319,6 +322,81 @@ TEST_CASE("Mamba-3 decode step: CUDA kernel on the emulator is bitwise the CPU k
 
 TEST_CASE("Mamba-3 decode step: CUDA kernel on the emulator is bitwise the CPU kernel, double", "[decode]") {
   check_step_bitwise<double>();
+}
+
+namespace {
+
+struct M2RNNCase {
+  const char* name;
+  kernels::M2RNNStepParams p;   // batch and sizes
+  index_t tokens;
+  std::vector<index_t> resets;  // tokens at which row 0 starts a new document (its state zeroed)
+};
+
+// The state and every token's y after a run of M2RNNStep over `tokens` tokens.
+template <class T>
+std::pair<std::vector<T>, std::vector<T>> run_m2rnn(const M2RNNCase& c, Kernel kernel) {
+  const kernels::M2RNNStepParams& p = c.p;
+  const index_t B = p.batch, H = p.heads, K = p.k_dim, V = p.v_dim;
+  const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
+  std::vector<T> state(n(B * H * K * V)), ys;
+  Rng rng(34);
+  std::vector<T> W = uniform<T>(n(H * V * V), rng);
+  for (T& w : W) w /= static_cast<T>(V);  // rows of W sum to O(1), as the layer's identity start
+  for (index_t t = 0; t < c.tokens; ++t) {
+    if (std::find(c.resets.begin(), c.resets.end(), t) != c.resets.end())
+      std::fill(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(state.size() / n(B)), T(0));
+    const std::vector<T> q = uniform<T>(n(B * H * K), rng), k = uniform<T>(n(B * H * K), rng), v = uniform<T>(n(B * H * V), rng);
+    std::vector<T> f = uniform<T>(n(B * H), rng);
+    for (T& x : f) x = (x + 1) / 2;  // a gate in [0, 1)
+    std::vector<T> y(n(B * H * V), std::numeric_limits<T>::quiet_NaN());
+    const kernels::M2RNNStepArgs<T> a{q.data(), k.data(), v.data(), f.data(), W.data(), state.data(), y.data()};
+    if (kernel == Kernel::cpu) kernels::M2RNNStep<Cpu>::step(p, a);
+    else emulated_m2rnn_step(p, a);
+    ys.insert(ys.end(), y.begin(), y.end());
+  }
+  return {state, ys};
+}
+
+const std::vector<M2RNNCase>& m2rnn_cases() {
+  static const std::vector<M2RNNCase> all{
+      {"2 rows x 3 heads, K 4, V 5; row 0 restarts at tokens 2 and 3", {2, 3, 4, 5}, 6, {2, 3}},
+      {"the layer's default head: K 64, V 16", {1, 2, 64, 16}, 3, {}},
+      {"V 130 (more columns than the block's 128 threads), K 3", {2, 1, 3, 130}, 3, {1}},
+  };
+  return all;
+}
+
+template <class T>
+void check_m2rnn_bitwise() {
+  for (const M2RNNCase& c : m2rnn_cases()) {
+    INFO(c.name);
+    const auto want = run_m2rnn<T>(c, Kernel::cpu), got = run_m2rnn<T>(c, Kernel::emulated);
+    CHECK(same_bits(got.first, want.first));
+    CHECK(same_bits(got.second, want.second));
+    CHECK(compare(got.second, want.second, 0.0) == "");  // finite too
+  }
+}
+
+}  // namespace
+
+TEST_CASE("M2RNN decode step: CUDA kernel on the emulator is bitwise the CPU kernel, float", "[decode]") {
+  check_m2rnn_bitwise<float>();
+}
+
+TEST_CASE("M2RNN decode step: CUDA kernel on the emulator is bitwise the CPU kernel, double", "[decode]") {
+  check_m2rnn_bitwise<double>();
+}
+
+TEST_CASE("M2RNN decode step: the same bits under a reversed schedule", "[decode]") {
+  const M2RNNCase& c = m2rnn_cases().front();
+  const auto want = run_m2rnn<float>(c, Kernel::emulated);
+  Options reversed = options();
+  reversed.reverse_schedule = true;
+  const OptionsScope scope(reversed);
+  const auto got = run_m2rnn<float>(c, Kernel::emulated);
+  CHECK(same_bits(got.first, want.first));
+  CHECK(same_bits(got.second, want.second));
 }
 
 }  // namespace megacpp::cuda_emulation

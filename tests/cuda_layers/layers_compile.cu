@@ -17,8 +17,7 @@ using namespace megacpp;
 #endif
 
 // The CUDA backend implements every kernel contract (docs/architecture.md, "Kernel contracts").
-static_assert(kernels::AllKernels::implemented_by<Cuda>() ==
-                  std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true, true, true},
+static_assert(kernels::AllKernels::all_implemented_by<Cuda>(),
               "a kernel contract lacks its CUDA implementation: add it under backends/cuda/kernels/");
 
 // Every block type and the recipe's model types are complete types for Cuda: their declarations,

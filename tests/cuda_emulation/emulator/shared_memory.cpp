@@ -17,6 +17,10 @@ thread_local __attribute__((aligned(16))) unsigned char shared_bytes[megacpp::cu
 namespace megacpp::cuda::ssm {
 thread_local __attribute__((aligned(16))) unsigned char step_shared[megacpp::cuda_emulation::kMaxDynamicShared];
 }
+// M2RNN's decode step (detail/m2rnn_step.cuh): `m2rnn_step_shared`, 16-byte aligned.
+namespace megacpp::cuda::m2rnn {
+thread_local __attribute__((aligned(16))) unsigned char m2rnn_step_shared[megacpp::cuda_emulation::kMaxDynamicShared];
+}
 
 namespace megacpp::cuda_emulation {
 
@@ -25,6 +29,7 @@ const SharedArena* shared_arenas() {
       {"tile_memory", megacpp::cuda::flash::tensor_core::tile_memory, kMaxDynamicShared},
       {"shared_bytes", megacpp::cuda::flash::shared_bytes, kMaxDynamicShared},
       {"step_shared", megacpp::cuda::ssm::step_shared, kMaxDynamicShared},
+      {"m2rnn_step_shared", megacpp::cuda::m2rnn::m2rnn_step_shared, kMaxDynamicShared},
       {nullptr, nullptr, 0},
   };
   return arenas;

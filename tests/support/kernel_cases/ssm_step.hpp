@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "support/decode_steps.hpp"
 #include "support/kernel_case.hpp"
 #include "support/packed_documents.hpp"
 
@@ -40,29 +41,34 @@ struct KernelCases<kernels::SsmStep> {
         // More columns than a CUDA block has threads (130 > 128), grid-stride over 2 x 3 pairs.
         {"head_dim 130, 3 heads, MIMO rank 2", [](H& h) { return problem(h, packed_layout<B>({{3, 2}, {5}}, kBos), 3, 2, 4, 130, 1); },
          kTolerance, false},
+        // Mamba-2's step: B and C per group of heads, no angles.
+        {"6 heads in 3 groups of B and C, SISO, no angles", [](H& h) { return problem(h, packed_layout<B>({{2, 5}, {-4, 3}}, kBos), 6, 1, 4, 3, 0, 3); },
+         kTolerance, false},
+        {"4 heads in 2 groups, MIMO rank 2 with 1 angle", [](H& h) { return problem(h, packed_layout<B>({{6}, {1, 5}}, kBos), 4, 2, 4, 3, 1, 2); },
+         kTolerance, false},
     };
   }
 
  private:
   static constexpr std::int32_t kBos = 0;
 
-  // The operands, in the order of `inputs`: b, c (batch, seq, R, N); b_bias, c_bias (heads, R, N);
+  // The operands, in the order of `inputs`: b, c (batch, seq, G, R, N); b_bias, c_bias (heads, R, N);
   // angle (batch, seq, S); dt (batch, seq, heads); v (batch, seq, heads, R, P); log_alpha, gamma,
   // shift (batch, seq, heads); D (heads). Drawn uniform in [-1, 1); the ops use dt = (x + 1) / 2 and
   // log_alpha = -(x + 1) / 2, the signs the layer's are (a step that shrinks the state).
   enum Operand { kB, kC, kBBias, kCBias, kAngle, kDt, kV, kLogAlpha, kGamma, kShift, kD };
 
   struct Sizes {
-    index_t batch, seq, heads, rank, d_state, head_dim, angles;
+    index_t batch, seq, heads, rank, d_state, head_dim, angles, groups;
   };
 
   template <class T, Backend B>
   static KernelProblem<T, B> problem(Harness<T, B>& h, DocumentLayout<B> docs, index_t heads, index_t rank,
-                                     index_t d_state, index_t head_dim, index_t angles) {
+                                     index_t d_state, index_t head_dim, index_t angles, index_t groups = 1) {
     using V = Var<T, B>;
-    const Sizes z{docs.batch, docs.seq, heads, rank, d_state, head_dim, angles};
+    const Sizes z{docs.batch, docs.seq, heads, rank, d_state, head_dim, angles, groups};
     const index_t bs = z.batch, t = z.seq;
-    std::vector<V> inputs{h.param({bs, t, rank, d_state}),    h.param({bs, t, rank, d_state}),
+    std::vector<V> inputs{h.param({bs, t, groups, rank, d_state}), h.param({bs, t, groups, rank, d_state}),
                           h.param({heads, rank, d_state}),    h.param({heads, rank, d_state}),
                           h.param({bs, t, angles}),           h.param({bs, t, heads}),
                           h.param({bs, t, heads, rank, head_dim}), h.param({bs, t, heads}),
@@ -85,48 +91,34 @@ struct KernelCases<kernels::SsmStep> {
     return x;
   }
 
-  static bool starts_document(const std::vector<DocumentSpan>& spans, index_t t) {
-    return std::any_of(spans.begin(), spans.end(), [t](const DocumentSpan& s) { return s.start == t; });
-  }
-
   // Decodes every row token by token: y (batch, seq, heads, R, P).
   template <class T, Backend B>
   static Var<T, B> decode_all(const DocumentLayout<B>& docs, const Sizes& z, const std::vector<Var<T, B>>& in) {
     const std::vector<std::vector<double>> x = host_operands<T, B>(in);
-    const index_t Hh = z.heads, R = z.rank, N = z.d_state, P = z.head_dim, S = z.angles;
-    kernels::SsmStepParams p{z.batch, Hh, R, N, P, S};
+    const index_t Hh = z.heads, R = z.rank, N = z.d_state, P = z.head_dim, S = z.angles, G = z.groups;
+    kernels::SsmStepParams p{z.batch, Hh, R, N, P, S, G};
     p.validate("decode_all");
     Tensor<T, B> state = Tensor<T, B>::zeros({z.batch, Hh, N, P}), theta = Tensor<T, B>::zeros({z.batch, Hh, S}),
                  k_prev = Tensor<T, B>::zeros({z.batch, Hh, R, N}), v_prev = Tensor<T, B>::zeros({z.batch, Hh, R, P});
-    const auto on_backend = [](const std::vector<double>& values, Shape shape) {
-      std::vector<T> cast(values.begin(), values.end());
-      return Tensor<T, B>::from_host(shape, cast);
-    };
-    const Tensor<T, B> b_bias = on_backend(x[kBBias], {Hh, R, N}), c_bias = on_backend(x[kCBias], {Hh, R, N}),
-                       D = on_backend(x[kD], {Hh});
-    // token t of every row of operand o, `width` values per token
-    const auto token = [&](Operand o, index_t t, index_t width) {
-      std::vector<double> out;
-      for (index_t b = 0; b < z.batch; ++b) {
-        const auto first = x[o].begin() + (b * z.seq + t) * width;
-        out.insert(out.end(), first, first + width);
-      }
-      return out;
-    };
+    const Tensor<T, B> b_bias = on_backend<T, B>(x[kBBias], {Hh, R, N}), c_bias = on_backend<T, B>(x[kCBias], {Hh, R, N}),
+                       D = on_backend<T, B>(x[kD], {Hh});
+    const auto token = [&](Operand o, index_t t, index_t width) { return token_slice(x[o], z.batch, z.seq, t, width); };
     std::vector<T> y(static_cast<std::size_t>(z.batch * z.seq * Hh * R * P));
     for (index_t t = 0; t < z.seq; ++t) {
       for (index_t b = 0; b < z.batch; ++b)
-        if (starts_document(docs.spans[static_cast<std::size_t>(b)], t))
+        if (starts_document_at(docs.spans[static_cast<std::size_t>(b)], t))
           for (Tensor<T, B>* cache : {&state, &theta, &k_prev, &v_prev}) {
             Tensor<T, B> row = cache->rows(b, b + 1);
             if (row.numel()) row.fill(T(0));
           }
-      const Tensor<T, B> bt = on_backend(token(kB, t, R * N), {z.batch, R, N}), ct = on_backend(token(kC, t, R * N), {z.batch, R, N}),
-                         angle = on_backend(token(kAngle, t, S), {z.batch, S}), dt = on_backend(token(kDt, t, Hh), {z.batch, Hh}),
-                         v = on_backend(token(kV, t, Hh * R * P), {z.batch, Hh, R, P}),
-                         la = on_backend(token(kLogAlpha, t, Hh), {z.batch, Hh}),
-                         gamma = on_backend(token(kGamma, t, Hh), {z.batch, Hh}),
-                         shift = on_backend(token(kShift, t, Hh), {z.batch, Hh});
+      const Tensor<T, B> bt = on_backend<T, B>(token(kB, t, G * R * N), {z.batch, G, R, N}),
+                         ct = on_backend<T, B>(token(kC, t, G * R * N), {z.batch, G, R, N}),
+                         angle = on_backend<T, B>(token(kAngle, t, S), {z.batch, S}),
+                         dt = on_backend<T, B>(token(kDt, t, Hh), {z.batch, Hh}),
+                         v = on_backend<T, B>(token(kV, t, Hh * R * P), {z.batch, Hh, R, P}),
+                         la = on_backend<T, B>(token(kLogAlpha, t, Hh), {z.batch, Hh}),
+                         gamma = on_backend<T, B>(token(kGamma, t, Hh), {z.batch, Hh}),
+                         shift = on_backend<T, B>(token(kShift, t, Hh), {z.batch, Hh});
       Tensor<T, B> yt({z.batch, Hh, R, P});
       const kernels::SsmStepArgs<T> a{bt.data(),    ct.data(),     b_bias.data(), c_bias.data(), angle.data(),
                                       dt.data(),    v.data(),      la.data(),     gamma.data(),  shift.data(),
@@ -145,7 +137,7 @@ struct KernelCases<kernels::SsmStep> {
   static std::vector<double> literal_recurrence(const DocumentLayout<B>& docs, const Sizes& z,
                                                 const std::vector<Var<T, B>>& in) {
     const std::vector<std::vector<double>> x = host_operands<T, B>(in);
-    const index_t Hh = z.heads, R = z.rank, N = z.d_state, P = z.head_dim, S = z.angles;
+    const index_t Hh = z.heads, R = z.rank, N = z.d_state, P = z.head_dim, S = z.angles, G = z.groups;
     constexpr double kPi = 3.14159265358979323846;
     std::vector<double> y(static_cast<std::size_t>(z.batch * z.seq * Hh * R * P));
     for (index_t b = 0; b < z.batch; ++b)
@@ -153,10 +145,10 @@ struct KernelCases<kernels::SsmStep> {
         std::vector<double> theta(static_cast<std::size_t>(S)), state(static_cast<std::size_t>(N * P)),
             k_prev(static_cast<std::size_t>(R * N)), v_prev(static_cast<std::size_t>(R * P));
         for (index_t t = 0; t < z.seq; ++t) {
-          if (starts_document(docs.spans[static_cast<std::size_t>(b)], t)) {
+          if (starts_document_at(docs.spans[static_cast<std::size_t>(b)], t)) {
             for (auto* c : {&theta, &state, &k_prev, &v_prev}) std::fill(c->begin(), c->end(), 0.0);
           }
-          const index_t bt = b * z.seq + t, bth = bt * Hh + h;
+          const index_t bt = b * z.seq + t, bth = bt * Hh + h, btg = bt * G + h / (Hh / G);
           for (index_t s = 0; s < S; ++s) {
             double& th = theta[static_cast<std::size_t>(s)];
             th += kPi * std::tanh(x[kAngle][static_cast<std::size_t>(bt * S + s)]) * x[kDt][static_cast<std::size_t>(bth)];
@@ -167,8 +159,8 @@ struct KernelCases<kernels::SsmStep> {
           for (index_t r = 0; r < R; ++r)
             for (index_t n = 0; n < N; ++n) {
               const auto i = static_cast<std::size_t>(r * N + n);
-              k[i] = x[kB][static_cast<std::size_t>((bt * R + r) * N + n)] + x[kBBias][static_cast<std::size_t>((h * R + r) * N + n)];
-              q[i] = x[kC][static_cast<std::size_t>((bt * R + r) * N + n)] + x[kCBias][static_cast<std::size_t>((h * R + r) * N + n)];
+              k[i] = x[kB][static_cast<std::size_t>((btg * R + r) * N + n)] + x[kBBias][static_cast<std::size_t>((h * R + r) * N + n)];
+              q[i] = x[kC][static_cast<std::size_t>((btg * R + r) * N + n)] + x[kCBias][static_cast<std::size_t>((h * R + r) * N + n)];
             }
           for (index_t r = 0; r < R; ++r)
             for (index_t s = 0; s < S; ++s)

@@ -17,6 +17,7 @@
 #include "megacpp/core/kernels/cross_entropy.hpp"
 #include "megacpp/core/kernels/gated_combine.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
+#include "megacpp/core/kernels/m2rnn_step.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 #include "megacpp/core/kernels/ssm_scan.hpp"
 #include "megacpp/core/kernels/ssm_step.hpp"
@@ -30,17 +31,20 @@ struct KernelList {
   /// For backend B, which contracts it implements, in list order.
   template <class B>
   static constexpr std::array<bool, size> implemented_by() { return {Kernels<B>::available...}; }
+  /// Whether backend B implements every contract of the list.
+  template <class B>
+  static constexpr bool all_implemented_by() { return (Kernels<B>::available && ...); }
 };
 
 /// Every kernel contract, in the order of kKernelNames.
 using AllKernels =
     KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm, GatedCombine,
-               DecodeAttention, SsmStep>;
+               DecodeAttention, SsmStep, M2RNNStep>;
 
 /// The contracts' names, in the order of AllKernels.
-inline constexpr std::array<std::string_view, 9> kKernelNames{
+inline constexpr std::array<std::string_view, 10> kKernelNames{
     "FusedAttention", "SsmScan",      "SsmRotary",       "CausalConv1d", "SoftcapCrossEntropy",
-    "GroupedGemm",    "GatedCombine", "DecodeAttention", "SsmStep"};
+    "GroupedGemm",    "GatedCombine", "DecodeAttention", "SsmStep",      "M2RNNStep"};
 static_assert(AllKernels::size == kKernelNames.size(),
               "megacpp_kernel_registry: a contract was added to AllKernels without its name in kKernelNames");
 

@@ -13,7 +13,9 @@
 ///   k_prev <- k,  v_prev <- v
 ///
 /// (state is stored (N, P), as the scan contract's; R = 1 is SISO, R > 1 MIMO with v up-projected
-/// per rank.) Every element of H, y and v_prev is a function of its own column p only, so a
+/// per rank.) B and C come in `groups` groups of heads, head h reading group h / (heads / groups):
+/// Mamba-3 has one, Mamba-2 its ngroups; Mamba-2 (mamba2.py's step) is the case S = 0, zero biases
+/// and shift 0 (no trapezoid term: beta = 0). Every element of H, y and v_prev is a function of its own column p only, so a
 /// backend may run the columns in parallel: ssm_step_column is that column, written once for
 /// every backend (MEGACPP_HD), each element's operations in the order above. The cache rows are
 /// independent: a row's outputs never read another row's cache, which keeps decoding's
@@ -37,20 +39,27 @@ struct SsmStepParams {
   index_t d_state = 0;   ///< N
   index_t head_dim = 0;  ///< P
   index_t angles = 0;    ///< S: rotated pairs per head (2 S <= N)
+  index_t groups = 1;    ///< G: groups of heads sharing B and C (heads % groups == 0)
 
-  /// Throws unless the sizes are positive (angles >= 0) and the angles fit the state.
+  /// Throws unless the sizes are positive (angles >= 0), the angles fit the state and the groups
+  /// divide the heads.
   void validate(const char* op) const {
     check(batch > 0 && heads > 0 && rank > 0 && d_state > 0 && head_dim > 0 && angles >= 0 && 2 * angles <= d_state,
           op, "batch, heads, rank, d_state, head_dim must be positive and 0 <= 2 angles <= d_state, got ", batch, ", ",
           heads, ", ", rank, ", ", d_state, ", ", head_dim, ", angles ", angles);
+    check(groups > 0 && heads % groups == 0, op, "groups must be positive and divide heads ", heads, ", got ", groups);
+  }
+  /// Offset of row b's B (or C) values for head h: (b, h / (heads / groups), 0, 0) of (batch, G, R, N).
+  MEGACPP_HD index_t group_offset(index_t b, index_t h) const {
+    return (b * groups + h / (heads / groups)) * rank * d_state;
   }
 };
 
 /// The data of one step (backend memory). The caches are read and updated in place.
 template <class T>
 struct SsmStepArgs {
-  const T* b = nullptr;          ///< (batch, R, N): the token's B (RMS-normed), shared by the heads
-  const T* c = nullptr;          ///< (batch, R, N): its C, likewise
+  const T* b = nullptr;          ///< (batch, G, R, N): the token's B, shared by each group's heads
+  const T* c = nullptr;          ///< (batch, G, R, N): its C, likewise
   const T* b_bias = nullptr;     ///< (heads, R, N)
   const T* c_bias = nullptr;     ///< (heads, R, N)
   const T* angle = nullptr;      ///< (batch, S): the raw angle projections

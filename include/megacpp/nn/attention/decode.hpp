@@ -28,7 +28,7 @@
 #include "megacpp/core/tensor.hpp"
 #include "megacpp/core/kernels/attention.hpp"
 #include "megacpp/core/kernels/attention_decode.hpp"
-#include "megacpp/nn/host_view.hpp"
+#include "megacpp/nn/cache_shape.hpp"
 
 namespace megacpp {
 

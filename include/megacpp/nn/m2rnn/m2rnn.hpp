@@ -14,7 +14,8 @@
 //
 // Document safety (docs/masking.md): the conv taps stop at a document start (causal_conv1d) and the
 // recurrence resets H there; every other op acts per token. Decoding keeps the conv window and H
-// per row and zeroes both when a row starts a new document.
+// per row, in backend memory, and zeroes both when a row starts a new document; its step runs the
+// CausalConv1d contract on the window (conv_window_step) and the M2RNNStep contract on H.
 #pragma once
 
 #include <cmath>
@@ -27,7 +28,8 @@
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
 #include "megacpp/core/kernels/documents.hpp"
-#include "megacpp/nn/host_view.hpp"
+#include "megacpp/core/kernels/m2rnn_step.hpp"
+#include "megacpp/nn/cache_shape.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/m2rnn/config.hpp"
 #include "megacpp/nn/m2rnn/recurrence.hpp"
@@ -42,10 +44,12 @@ template <class T, Backend B>
 struct M2RNNCache {
   Tensor<T, B> conv;   ///< (batch, conv_kernel - 1, conv_dim): the last conv inputs, oldest first
   Tensor<T, B> state;  ///< (batch, heads, K, V): H
+  DocumentLayout<B> window_docs;  ///< (batch, conv_kernel): each row's window and new token as one document
 
   /// A zeroed cache (every row at the start of a document).
   static M2RNNCache zeros(index_t batch, index_t width, index_t conv_dim, index_t heads, index_t k_dim, index_t v_dim) {
-    return {Tensor<T, B>::zeros({batch, width - 1, conv_dim}), Tensor<T, B>::zeros({batch, heads, k_dim, v_dim})};
+    return {Tensor<T, B>::zeros({batch, width - 1, conv_dim}), Tensor<T, B>::zeros({batch, heads, k_dim, v_dim}),
+            DocumentLayout<B>::single_document(batch, width)};
   }
   /// Rows the cache holds.
   index_t batch() const { return state.defined() ? state.shape()[0] : 0; }
@@ -133,7 +137,8 @@ struct M2RNN {
   }
 
   /// One decode step: u (batch, d_model) -> (batch, d_model); rows with new_document[b] start a new
-  /// document (cache reset first). Runs the conv window and the recurrence step; no gradients.
+  /// document (cache reset first). Runs the conv window (CausalConv1d) and the recurrence (M2RNNStep)
+  /// on the cache in place, in backend memory; no gradients.
   V step(const V& u, M2RNNCache<T, B>& cache, const std::vector<bool>& new_document = {}) const {
     NoGrad no_grad;
     check(u.rank() == 2 && u.shape()[1] == config.d_model, "M2RNN::step", "input must be (batch, ", config.d_model,
@@ -148,38 +153,17 @@ struct M2RNN {
       if (new_document[static_cast<std::size_t>(b)]) cache.reset(b);
 
     const V proj = in_proj.forward(u);  // (batch, C + H + heads V)
-    const std::vector<T> x_in = slice(proj, -1, 0, C).value().to_host();
-    const std::vector<T> f = decay(slice(proj, -1, C, C + H)).value().to_host();
-    const std::vector<T> w = conv_weight.value().to_host(), cb = conv_bias.value().to_host();
-    const std::vector<T> Wt = state_weight.value().to_host(), Dv = D.value().to_host();
-    detail::HostView<T, B> window(cache.conv), state(cache.state);
-    // conv1d on the window [x_{t-W+1}, ..., x_{t-1}] and x_t, taps in causal_conv1d's order, then silu
-    std::vector<T> qkv(static_cast<std::size_t>(batch * C));
-    for (index_t b = 0; b < batch; ++b) {
-      T* win = window.data() + b * (W - 1) * C;
-      for (index_t c = 0; c < C; ++c) {
-        T acc = cb[c];
-        for (index_t j = 0; j < W - 1; ++j) acc += w[c * W + j] * win[j * C + c];
-        acc += w[c * W + W - 1] * x_in[b * C + c];
-        qkv[b * C + c] = acc / (T(1) + std::exp(-acc));
-      }
-      for (index_t j = 0; j + 1 < W - 1; ++j) std::copy(win + (j + 1) * C, win + (j + 2) * C, win + j * C);
-      if (W > 1) std::copy(x_in.begin() + b * C, x_in.begin() + (b + 1) * C, win + (W - 2) * C);
-    }
-    std::vector<T> y(static_cast<std::size_t>(batch * H * Vd)), row(static_cast<std::size_t>(Vd));
-    for (index_t b = 0; b < batch; ++b)
-      for (index_t h = 0; h < H; ++h) {
-        const T* x = qkv.data() + b * C;
-        const T* q = x + h * K;
-        const T* k = x + H * K + h * K;
-        const T* v = x + 2 * H * K + h * Vd;
-        T* yh = y.data() + (b * H + h) * Vd;
-        m2rnn_reference::recurrence_step<T>(K, Vd, state.data() + (b * H + h) * K * Vd, q, k, v, f[b * H + h],
-                                            Wt.data() + h * Vd * Vd, yh, row.data());
-        for (index_t c = 0; c < Vd; ++c) yh[c] += Dv[h * Vd + c] * v[c];
-      }
-    const V yv(Tensor<T, B>::from_host({batch, config.inner()}, y));
-    return output(yv, slice(proj, -1, C + H, C + H + config.inner()));
+    const V qkv = silu(conv_window_step(cache.conv, cache.window_docs, slice(proj, -1, 0, C), conv_weight.var, conv_bias.var));
+    const V q = slice(qkv, -1, 0, H * K), k = slice(qkv, -1, H * K, 2 * H * K), v = slice(qkv, -1, 2 * H * K, C);
+    const V f = decay(slice(proj, -1, C, C + H));  // (batch, heads)
+    const kernels::M2RNNStepParams p{batch, H, K, Vd};
+    p.validate("M2RNN::step");
+    Tensor<T, B> y({batch, H, Vd});
+    const kernels::M2RNNStepArgs<T> a{q.value().data(), k.value().data(), v.value().data(), f.value().data(),
+                                      state_weight.value().data(), cache.state.data(), y.data()};
+    kernels::M2RNNStep<B>::step(p, a);
+    const V yv = V(std::move(y)) + reshape(v, Shape{batch, H, Vd}) * D.var;  // y += D v
+    return output(reshape(yv, Shape{batch, config.inner()}), slice(proj, -1, C + H, C + H + config.inner()));
   }
 
   /// Visits in_proj.weight, conv_weight, conv_bias, state_weight, A_log, dt_bias, D, g_norm, out_proj.weight.

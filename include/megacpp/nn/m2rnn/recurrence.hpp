@@ -59,7 +59,10 @@ struct M2RNNGeometry {
 namespace m2rnn_reference {
 
 /// One token for one head, on host memory: state (K, V) advances in place, y (V) = H_t^T q.
-/// `row` is scratch of V elements. The naive kernel decoding runs and the forward loops over.
+/// `row` is scratch of V elements. The naive kernel the forward and backward loop over. Each
+/// element takes the M2RNNStep contract's operations in its order (kernels::m2rnn_state_element,
+/// kernels::m2rnn_readout: the decode step's); the loops run over columns innermost so that the
+/// compiler vectorizes them (bench/m2rnn).
 template <class T>
 void recurrence_step(index_t K, index_t V, T* state, const T* q, const T* k, const T* v, T f, const T* W, T* y, T* row) {
   for (index_t i = 0; i < K; ++i) {

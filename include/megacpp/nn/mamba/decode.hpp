@@ -7,8 +7,9 @@
 //            v_state; our state is stored (N, P), see sequential_scan.hpp). Mamba3::step runs
 //            the SsmStep kernel contract (core/kernels/ssm_step.hpp) on the cache in place, in
 //            backend memory;
-//   Mamba-2: the conv window (the last K - 1 conv inputs) and the state H; Mamba2::step still
-//            updates them on the host (sequential_scan.hpp's recurrence_step, nn/host_view.hpp).
+//   Mamba-2: the conv window (the last K - 1 conv inputs) and the state H; Mamba2::step runs the
+//            CausalConv1d contract on the window (conv_window_step, nn/mamba/conv1d.hpp) and the
+//            SsmStep contract on the state, in backend memory.
 // A new document in a row resets that row's cache to zero (docs/recipe.md "Document masking"):
 // pass `new_document` to the layer's step(), or call reset(row).
 #pragma once
@@ -16,8 +17,9 @@
 #include <cmath>
 #include <vector>
 
+#include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/core/tensor.hpp"
-#include "megacpp/nn/host_view.hpp"
+#include "megacpp/nn/cache_shape.hpp"
 
 namespace megacpp {
 
@@ -51,10 +53,12 @@ template <class T, Backend B>
 struct Mamba2Cache {
   Tensor<T, B> conv;   ///< (batch, K - 1, conv_dim): the last K - 1 conv inputs, oldest first
   Tensor<T, B> state;  ///< (batch, heads, N, P): H^T
+  DocumentLayout<B> window_docs;  ///< (batch, K): each row's window and new token as one document
 
   /// A zeroed cache (every row at the start of a document).
   static Mamba2Cache zeros(index_t batch, index_t width, index_t conv_dim, index_t heads, index_t d_state, index_t head_dim) {
-    return {Tensor<T, B>::zeros({batch, width - 1, conv_dim}), Tensor<T, B>::zeros({batch, heads, d_state, head_dim})};
+    return {Tensor<T, B>::zeros({batch, width - 1, conv_dim}), Tensor<T, B>::zeros({batch, heads, d_state, head_dim}),
+            DocumentLayout<B>::single_document(batch, width)};
   }
   /// Rows the cache holds.
   index_t batch() const { return state.defined() ? state.shape()[0] : 0; }

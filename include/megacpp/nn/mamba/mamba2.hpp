@@ -23,6 +23,7 @@
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
 #include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/kernels/ssm_step.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/mamba/chunked_scan.hpp"
 #include "megacpp/nn/mamba/config.hpp"
@@ -104,7 +105,8 @@ struct Mamba2 {
   }
 
   /// One decode step: u (batch, d_model) -> (batch, d_model); rows with new_document[b] start a new
-  /// document (cache reset first). Runs the conv window and the literal recurrence; no gradients.
+  /// document (cache reset first). Runs the conv window (CausalConv1d) and the recurrence (SsmStep)
+  /// on the cache in place, in backend memory; no gradients.
   V step(const V& u, Mamba2Cache<T, B>& cache, const std::vector<bool>& new_document = {}) const {
     NoGrad no_grad;
     check(u.rank() == 2 && u.shape()[1] == config.d_model, "Mamba2::step", "input must be (batch, ", config.d_model,
@@ -120,41 +122,36 @@ struct Mamba2 {
 
     const V zxbcdt = in_proj.forward(u);  // (batch, d_in_proj)
     const V z = slice(zxbcdt, -1, 0, di);
-    const std::vector<T> xbc_in = slice(zxbcdt, -1, di, di + C).value().to_host();
-    const std::vector<T> dt = softplus(slice(zxbcdt, -1, di + C, di + C + H) + dt_bias.var).value().to_host();
-    const std::vector<T> w = conv_weight.value().to_host(), cb = conv_bias.value().to_host(), Dv = D.value().to_host();
-    const std::vector<T> A = (-exp(A_log.var)).value().to_host();
-    detail::HostView<T, B> window(cache.conv), state(cache.state);
-    // conv1d on the window [x_{t-K+1}, ..., x_{t-1}] and x_t, taps in the kernel's order, then silu
-    std::vector<T> xbc(static_cast<std::size_t>(batch * C));
-    for (index_t b = 0; b < batch; ++b) {
-      T* win = window.data() + b * (K - 1) * C;
-      for (index_t c = 0; c < C; ++c) {
-        T acc = cb[c];
-        for (index_t j = 0; j < K - 1; ++j) acc += w[c * K + j] * win[j * C + c];
-        acc += w[c * K + K - 1] * xbc_in[b * C + c];
-        xbc[b * C + c] = acc / (T(1) + std::exp(-acc));
-      }
-      for (index_t j = 0; j + 1 < K - 1; ++j)
-        std::copy(win + (j + 1) * C, win + (j + 2) * C, win + j * C);
-      if (K > 1) std::copy(xbc_in.begin() + b * C, xbc_in.begin() + (b + 1) * C, win + (K - 2) * C);
-    }
-    // recurrence: gamma = dt, no trapezoid shift (the previous-token buffers stay zero)
-    std::vector<T> y(static_cast<std::size_t>(batch * di)), k_prev(static_cast<std::size_t>(N), T(0)),
-        v_prev(static_cast<std::size_t>(P), T(0));
-    for (index_t b = 0; b < batch; ++b)
-      for (index_t h = 0; h < H; ++h) {
-        const index_t g = h / (H / G), bh = b * H + h;
-        const T* x = xbc.data() + b * C + h * P;
-        const T* Bk = xbc.data() + b * C + di + g * N;
-        const T* Cq = xbc.data() + b * C + di + G * N + g * N;
-        ssm_reference::recurrence_step<T>(1, N, P, state.data() + bh * N * P, k_prev.data(), v_prev.data(), Cq, Bk, x,
-                                          dt[bh] * A[h], dt[bh], T(0), Dv[h], y.data() + b * di + h * P);
-        std::fill(k_prev.begin(), k_prev.end(), T(0));
-        std::fill(v_prev.begin(), v_prev.end(), T(0));
-      }
-    const V yv(Tensor<T, B>::from_host({batch, di}, y));
-    return output(yv, z);
+    const V xBC = silu(conv_window_step(cache.conv, cache.window_docs, slice(zxbcdt, -1, di, di + C), conv_weight.var,
+                                        conv_bias.var));
+    const V dt = softplus(slice(zxbcdt, -1, di + C, di + C + H) + dt_bias.var);  // (batch, heads)
+    const V x = slice(xBC, -1, 0, di), Bk = slice(xBC, -1, di, di + G * N), Cq = slice(xBC, -1, di + G * N, C);
+    const V log_alpha = dt * (-exp(A_log.var));
+    // The SsmStep contract with Mamba-2's terms: no angles, no biases, gamma = dt and no trapezoid
+    // term (shift 0); the previous-token buffers it keeps for that term are scratch here.
+    const kernels::SsmStepParams p{batch, H, 1, N, P, 0, G};
+    p.validate("Mamba2::step");
+    const Tensor<T, B> no_bias = Tensor<T, B>::zeros({H, 1, N}), no_shift = Tensor<T, B>::zeros({batch, H});
+    Tensor<T, B> no_angles({batch, H, 0}), k_prev = Tensor<T, B>::zeros({batch, H, 1, N}),
+        v_prev = Tensor<T, B>::zeros({batch, H, 1, P}), y({batch, H, 1, P});
+    kernels::SsmStepArgs<T> a;
+    a.b = Bk.value().data();
+    a.c = Cq.value().data();
+    a.b_bias = no_bias.data();
+    a.c_bias = no_bias.data();
+    a.dt = dt.value().data();
+    a.v = x.value().data();
+    a.log_alpha = log_alpha.value().data();
+    a.gamma = dt.value().data();
+    a.shift = no_shift.data();
+    a.D = D.value().data();
+    a.state = cache.state.data();
+    a.theta = no_angles.data();
+    a.k_prev = k_prev.data();
+    a.v_prev = v_prev.data();
+    a.y = y.data();
+    kernels::SsmStep<B>::step(p, a);
+    return output(reshape(V(std::move(y)), Shape{batch, di}), z);
   }
 
   /// Visits in_proj.weight, conv_weight, conv_bias, dt_bias, A_log, D, norm, out_proj.weight.

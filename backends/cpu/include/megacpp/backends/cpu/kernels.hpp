@@ -9,6 +9,7 @@
 ///   SsmScan<Cpu>               detail/ssm/{common,forward,backward}.hpp, detail/small_gemm.hpp
 ///   SsmRotary<Cpu>             detail/ssm/rotary.hpp
 ///   SsmStep<Cpu>               detail/ssm/step.hpp
+///   M2RNNStep<Cpu>             detail/m2rnn_step.hpp
 ///   CausalConv1d<Cpu>          detail/ssm/conv1d.hpp
 ///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
 ///   GroupedGemm<Cpu>           detail/grouped_gemm.hpp
@@ -23,6 +24,7 @@
 #include "megacpp/backends/cpu/detail/attention/forward.hpp"
 #include "megacpp/backends/cpu/detail/gated_combine.hpp"
 #include "megacpp/backends/cpu/detail/grouped_gemm.hpp"
+#include "megacpp/backends/cpu/detail/m2rnn_step.hpp"
 #include "megacpp/backends/cpu/detail/ssm/backward.hpp"
 #include "megacpp/backends/cpu/detail/ssm/conv1d.hpp"
 #include "megacpp/backends/cpu/detail/ssm/forward.hpp"
@@ -158,7 +160,7 @@ struct DecodeAttention<Cpu> {
   }
 };
 
-/// The CPU Mamba-3 decode step: one thread per (row, head), columns in order.
+/// The CPU Mamba-3 (and Mamba-2) decode step: one thread per (row, head), columns in order.
 template <>
 struct SsmStep<Cpu> {
   static constexpr bool available = true;  ///< implemented
@@ -166,6 +168,17 @@ struct SsmStep<Cpu> {
   template <class T>
   static void step(const SsmStepParams& p, const SsmStepArgs<T>& a) {
     cpu::ssm::decode_step<T>(p, a);
+  }
+};
+
+/// The CPU M2RNN decode step: one thread per (row, head), the state's rows in order.
+template <>
+struct M2RNNStep<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// Advances every row's state by one token; writes y.
+  template <class T>
+  static void step(const M2RNNStepParams& p, const M2RNNStepArgs<T>& a) {
+    cpu::m2rnn::decode_step<T>(p, a);
   }
 };
 
@@ -188,7 +201,7 @@ struct GatedCombine<Cpu> {
 }  // namespace megacpp::kernels
 
 namespace megacpp {
-static_assert(kernels::AllKernels::implemented_by<Cpu>() == std::array<bool, kernels::AllKernels::size>{true, true, true, true, true, true, true, true, true},
+static_assert(kernels::AllKernels::all_implemented_by<Cpu>(),
               "megacpp_cpu_backend_implements_every_kernel: the CPU backend is the reference and must implement every "
               "contract in megacpp/core/kernels/registry.hpp");
 }  // namespace megacpp

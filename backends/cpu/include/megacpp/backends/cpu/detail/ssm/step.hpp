@@ -30,12 +30,13 @@ void decode_step(const kernels::SsmStepParams& p, const kernels::SsmStepArgs<T>&
       cos_theta[static_cast<std::size_t>(s)] = std::cos(theta);
       sin_theta[static_cast<std::size_t>(s)] = std::sin(theta);
     }
+    const index_t group = p.group_offset(b, h);
     for (index_t r = 0; r < R; ++r)
       for (index_t n = 0; n < N; ++n) {
         const index_t i = r * N + n;
-        k[static_cast<std::size_t>(i)] = kernels::rotated_element(a.b + (b * R + r) * N, a.b_bias + (h * R + r) * N, n, S,
+        k[static_cast<std::size_t>(i)] = kernels::rotated_element(a.b + group + r * N, a.b_bias + (h * R + r) * N, n, S,
                                                                   cos_theta.data(), sin_theta.data());
-        q[static_cast<std::size_t>(i)] = kernels::rotated_element(a.c + (b * R + r) * N, a.c_bias + (h * R + r) * N, n, S,
+        q[static_cast<std::size_t>(i)] = kernels::rotated_element(a.c + group + r * N, a.c_bias + (h * R + r) * N, n, S,
                                                                   cos_theta.data(), sin_theta.data());
       }
     const T alpha = std::exp(a.log_alpha[bh]), beta = a.shift[bh] * alpha;

@@ -48,10 +48,11 @@ __global__ void __launch_bounds__(kStepThreads) ssm_step_kernel(kernels::SsmStep
       sin_theta[s] = sin(theta);
     }
     __syncthreads();
+    const index_t group = p.group_offset(b, h);
     for (index_t i = threadIdx.x; i < R * N; i += blockDim.x) {
       const index_t r = i / N, n = i % N;
-      k[i] = kernels::rotated_element(a.b + (b * R + r) * N, a.b_bias + (h * R + r) * N, n, S, cos_theta, sin_theta);
-      q[i] = kernels::rotated_element(a.c + (b * R + r) * N, a.c_bias + (h * R + r) * N, n, S, cos_theta, sin_theta);
+      k[i] = kernels::rotated_element(a.b + group + r * N, a.b_bias + (h * R + r) * N, n, S, cos_theta, sin_theta);
+      q[i] = kernels::rotated_element(a.c + group + r * N, a.c_bias + (h * R + r) * N, n, S, cos_theta, sin_theta);
     }
     __syncthreads();
     const T alpha = exp(a.log_alpha[bh]), beta = a.shift[bh] * alpha;
