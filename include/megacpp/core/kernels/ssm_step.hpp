@@ -14,10 +14,11 @@
 ///
 /// (state is stored (N, P), as the scan contract's; R = 1 is SISO, R > 1 MIMO with v up-projected
 /// per rank.) B and C come in `groups` groups of heads, head h reading group h / (heads / groups):
-/// Mamba-3 has one, Mamba-2 its ngroups; Mamba-2 (mamba2.py's step) is the case S = 0, zero biases
-/// and shift 0 (no trapezoid term: beta = 0). Every element of H, y and v_prev is a function of its own column p only, so a
-/// backend may run the columns in parallel: ssm_step_column is that column, written once for
-/// every backend (MEGACPP_HD), each element's operations in the order above. The cache rows are
+/// Mamba-3 has one, Mamba-2 its ngroups; Mamba-2 (mamba_ssm/modules/mamba2.py's step) is the case
+/// S = 0, zero biases and shift 0 (no trapezoid term: beta = 0). Every element of H, y and v_prev
+/// is a function of its own column p only, so a backend may run the columns in parallel:
+/// ssm_step_column is that column, written once for every backend (MEGACPP_HD), each element's
+/// operations in the order above. The cache rows are
 /// independent: a row's outputs never read another row's cache, which keeps decoding's
 /// document-masking invariant (docs/recipe.md).
 #pragma once
