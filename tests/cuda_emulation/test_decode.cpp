@@ -147,9 +147,10 @@ std::string compare(const std::vector<T>& got, const std::vector<T>& want, doubl
   return "";
 }
 
+// (memcmp takes no null pointer, even for 0 bytes: an empty vector's data() may be null.)
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 const std::vector<Case>& cases() {
