@@ -12,8 +12,8 @@
 ///
 /// Row i of H_t reads only row i of H_{t-1}, and every element of a row its own column of W:
 /// m2rnn_state_element is that element and m2rnn_readout y's, written once for every backend
-/// (MEGACPP_HD) and for the training recurrence's reference (nn/m2rnn/recurrence.hpp), so the
-/// decode step and the training forward take the same operations in the same order. The rows of
+/// (MEGACPP_HD). The training recurrence (nn/m2rnn/recurrence.hpp's recurrence_step) takes the same
+/// operations per element in the same order, in loops the compiler vectorizes over columns. The rows of
 /// the batch are independent: a row's outputs never read another row's cache, which keeps
 /// decoding's document-masking invariant (docs/recipe.md).
 #pragma once
