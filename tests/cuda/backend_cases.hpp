@@ -86,6 +86,10 @@ std::vector<Case<T, B>> op_cases() {
       {"rmsnorm (3,4,64) with gain",
        [](H& h) { V x = h.param({3, 4, 64}), g = h.param({64}, 0.5, 1.5); return h.finish(rmsnorm(x, g, 1e-5), {x, g}); }},
       {"rmsnorm (5,300) without gain", [](H& h) { V x = h.param({5, 300}); return h.finish(rmsnorm(x), {x}); }},
+      {"rmsnorm (5,37) without gain: a warp per row, one element per lane (37 is no whole packet)",
+       [](H& h) { V x = h.param({5, 37}); return h.finish(rmsnorm(x), {x}); }},
+      {"rmsnorm (3,9000) with gain: rows past the warp kernels' width, a block per row",
+       [](H& h) { V x = h.param({3, 9000}), g = h.param({9000}, 0.5, 1.5); return h.finish(rmsnorm(x, g, 1e-5), {x, g}); }},
       {"rmsnorm with a constant gain (no gain gradient)",
        [](H& h) { V x = h.param({6, 40}); V g(h.uniform({40}, 0.5, 1.5)); return h.finish(rmsnorm(x, g), {x, g}); }},
       {"embedding (10,8), ids (3,5)",
@@ -97,6 +101,12 @@ std::vector<Case<T, B>> op_cases() {
          V x = h.param({2, 3, 4, 8});
          const auto pos = Tensor<std::int32_t, B>::from_host(Shape{2, 3}, {0, 1, 2, 5, 1000, 60000});
          return h.finish(rope(x, pos, 10000.0), {x});
+       }},
+      {"rope (2,3,7,6): heads in groups of 4 and a partial group of 3",
+       [](H& h) {
+         V x = h.param({2, 3, 7, 6});
+         const auto pos = Tensor<std::int32_t, B>::from_host(Shape{2, 3}, {3, 4, 5, 0, 7, 300});
+         return h.finish(rope(x, pos, 500.0), {x});
        }},
       {"reshape then transpose axes 0,2",
        [](H& h) { V x = h.param({2, 3, 4, 5}); return h.finish(transpose(reshape(x, {6, 4, -1}), 0, 2), {x}); }},
@@ -185,6 +195,22 @@ std::vector<Case<T, B>> kernel_cases() {
                             In<T>{a.data()}, In<T>{den.data(), true});
          return H::values({out, out2});
        }},
+      {"map a 16-byte packet per thread: (33,128) with a broadcast row and the output aliasing an operand; "
+       "the one-element kernel for a ragged length, an unaligned pointer, and a broadcast row that is no whole packet",
+       [](H& h) {
+         Tens out = h.uniform({33, 128}), a = h.uniform({33, 128}), bias = h.uniform({128});
+         B::template map<T>(33, 128, fn::AccumulateOf<fn::Mul>{}, out.data(), In<T>{out.data()}, In<T>{a.data()},
+                            In<T>{bias.data(), true});
+         Tens sq = h.uniform({33, 128});
+         B::template map<T>(33, 128, fn::Relu2{}, sq.data(), In<T>{a.data()});
+         Tens ragged = h.uniform({7, 31}), b = h.uniform({7, 31});
+         B::template map<T>(7, 31, fn::Add{}, ragged.data(), In<T>{ragged.data()}, In<T>{b.data()});
+         Tens shifted = h.uniform({4 * 32 + 1}), c = h.uniform({4 * 32 + 1});
+         B::template map<T>(4, 32, fn::Add{}, shifted.data() + 1, In<T>{shifted.data() + 1}, In<T>{c.data() + 1});
+         Tens odd_rows = h.uniform({8, 6}), bias6 = h.uniform({6});
+         B::template map<T>(8, 6, fn::Add{}, odd_rows.data(), In<T>{odd_rows.data()}, In<T>{bias6.data(), true});
+         return H::values({out, sq, ragged, shifted, odd_rows});
+       }},
       {"expand, copy_2d and transpose with beta 0 and 1",
        [](H& h) {
          Tens src = h.uniform({2, 4}), dst = h.uniform({2, 3, 4});
@@ -210,11 +236,33 @@ std::vector<Case<T, B>> kernel_cases() {
                                      {z2.data(), h.ids({3}, 1000).data(), nullptr, losses2.data(), lse2.data(), g2.data()});
          return H::values({z, losses, lse, z2, losses2, lse2, g2});
        }},
-      {"update_in_place: one AdamW step over 1000 elements (p, m, v updated from g)",
+      {"softcap_cross_entropy: rows of 13000 with the gradient in place and without a gradient (the logits become zc); "
+       "rows of 50 without a gradient",
+       [](H& h) {
+         Tens z = h.uniform({2, 13000}, -8, 8), losses = h.uniform({2}), lse = h.uniform({2});
+         using Kernel = kernels::SoftcapCrossEntropy<B>;
+         Kernel::template forward<T>({2, 13000, 30.0, 0.5}, {z.data(), h.ids({2}, 13000).data(), nullptr, losses.data(),
+                                                             lse.data(), z.data()});
+         Tens z2 = h.uniform({2, 13000}, -8, 8), losses2 = h.uniform({2}), lse2 = h.uniform({2});
+         Kernel::template forward<T>({2, 13000, 30.0, 0.5}, {z2.data(), h.ids({2}, 13000).data(), nullptr, losses2.data(),
+                                                              lse2.data(), nullptr});
+         Tens z3 = h.uniform({3, 50}, -8, 8), losses3 = h.uniform({3}), lse3 = h.uniform({3});
+         Kernel::template forward<T>({3, 50, 5.0, 1.0}, {z3.data(), h.ids({3}, 50).data(), nullptr, losses3.data(),
+                                                         lse3.data(), nullptr});
+         return H::values({z, losses, lse, z2, losses2, lse2, z3, losses3, lse3});
+       }},
+      {"update_in_place: one AdamW step over 1000 elements (p, m, v updated from g; a packet per thread)",
        [](H& h) {
          Tens p = h.uniform({1000}), m = h.uniform({1000}, -0.1, 0.1), v = h.uniform({1000}, 0.0, 0.01), g = h.uniform({1000});
          B::template update_in_place<T>(1000, fn::AdamWStep{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}},
                                         p.data(), m.data(), v.data(), g.data());
+         return H::values({p, m, v});
+       }},
+      {"update_in_place: AdamW over 1001 elements from an unaligned pointer (one element per thread)",
+       [](H& h) {
+         Tens p = h.uniform({1002}), m = h.uniform({1002}, -0.1, 0.1), v = h.uniform({1002}, 0.0, 0.01), g = h.uniform({1002});
+         B::template update_in_place<T>(1001, fn::AdamWStep{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}},
+                                        p.data() + 1, m.data() + 1, v.data() + 1, g.data() + 1);
          return H::values({p, m, v});
        }},
       {"scatter_add_rows: 300 rows into 5 (deterministic order)",

@@ -359,11 +359,23 @@ void check_all_converts(Report& report, Types<Froms...>) {
   (check_converts_from<Froms>(report, StorageTypes{}), ...);
 }
 
+// 70000 elements take a packet per thread (a memset for zero bytes), 70001 and the fill from an
+// unaligned pointer one element per thread; the element before that fill keeps its value.
 template <class T>
 std::string check_fill(T value) {
-  const std::vector<T> got = CudaTensor<T>::full(Shape{70000}, value).to_host();
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &value, sizeof(T)) != 0) return "element " + std::to_string(i) + " differs";
+  for (const index_t count : {index_t{70000}, index_t{70001}}) {
+    const std::vector<T> got = CudaTensor<T>::full(Shape{count}, value).to_host();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &value, sizeof(T)) != 0)
+        return "element " + std::to_string(i) + " of " + std::to_string(count) + " differs";
+  }
+  const T before = convert_element<T>(3.0);
+  CudaTensor<T> shifted = CudaTensor<T>::full(Shape{1001}, before);
+  Cuda::fill(shifted.data() + 1, 1000, value);
+  const std::vector<T> got = shifted.to_host();
+  if (std::memcmp(&got[0], &before, sizeof(T)) != 0) return "the element before an unaligned fill changed";
+  for (std::size_t i = 1; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &value, sizeof(T)) != 0) return "element " + std::to_string(i) + " of the unaligned fill differs";
   return "";
 }
 
@@ -449,6 +461,16 @@ int main() {
   run_kernel_cases(report);
   run_model_checks(report);
   check_all_converts(report, StorageTypes{});
+  report.run("fill float 0 (a memset), -0 and 2.5", [] {
+    for (const float v : {0.0f, -0.0f, 2.5f})
+      if (std::string why = check_fill(v); !why.empty()) return std::to_string(v) + ": " + why;
+    return std::string{};
+  });
+  report.run("fill double 0 and -1.25", [] {
+    for (const double v : {0.0, -1.25})
+      if (std::string why = check_fill(v); !why.empty()) return std::to_string(v) + ": " + why;
+    return std::string{};
+  });
   report.run("fill bf16", [] { return check_fill(bf16(1.5f)); });
   report.run("fill f16", [] { return check_fill(f16(-0.333f)); });
   report.run("fill int32", [] { return check_fill(std::int32_t{-7}); });

@@ -3,14 +3,21 @@
 //
 // Every kernel is a grid-stride loop computing each output element on exactly one thread, so
 // results do not depend on the launch geometry.
+//
+// Maps, in-place updates and fills take 16 bytes per operand per thread (`Packet`, packet.cuh)
+// when every pointer is 16-byte aligned and the length a whole number of packets, and one element
+// per thread otherwise. Each element gets the same functor call on its own either way, so the
+// results are the same bits.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/packet.cuh"
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/dtypes.hpp"
 
@@ -31,11 +38,49 @@ __global__ void map_kernel(index_t total, index_t cols, bool any_broadcast, F f,
   }
 }
 
+// Operand `in`'s packet for the output's packet number `packet`, whose first element is in column
+// `col` (a broadcast operand's packet starts there: the caller checks cols % kSize == 0).
+template <class T>
+__device__ inline Packet<T> packet_at(const In<T>& in, index_t packet, index_t col) {
+  return *reinterpret_cast<const Packet<T>*>(in.broadcast ? in.data + col : in.data + packet * Packet<T>::kSize);
+}
+
+template <class T, class F, class... Ps>
+__device__ inline Packet<T> apply_packets(F& f, const Ps&... ps) {
+  Packet<T> y;
+#pragma unroll
+  for (int e = 0; e < Packet<T>::kSize; ++e) y.e[e] = f(ps.e[e]...);
+  return y;
+}
+
+// map_kernel a packet per thread: every operand is loaded before the output is stored, so `out`
+// may still alias a full operand.
+template <class T, class F, class... Ins>
+__global__ void map_packet_kernel(index_t packets, index_t cols, bool any_broadcast, F f, Packet<T>* out, Ins... ins) {
+  for (index_t p = global_thread(); p < packets; p += grid_stride()) {
+    const index_t col = any_broadcast ? (p * Packet<T>::kSize) % cols : 0;
+    out[p] = apply_packets<T>(f, packet_at(ins, p, col)...);
+  }
+}
+
 template <class T, class F, class... Ins>
 void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   const index_t total = rows * cols;
   if (total == 0) return;
-  map_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(total, cols, (ins.broadcast || ... || false), f, out, ins...);
+  const bool any_broadcast = (ins.broadcast || ... || false);
+  if constexpr (kHasPacket<T>) {
+    constexpr index_t kSize = Packet<T>::kSize;
+    // A broadcast operand's packets line up with the output's only when each row is whole packets.
+    if (total % kSize == 0 && (!any_broadcast || cols % kSize == 0) && packet_aligned(out) &&
+        (packet_aligned(ins.data) && ... && true)) {
+      const index_t packets = total / kSize;
+      map_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(packets, cols, any_broadcast, f,
+                                                                         reinterpret_cast<Packet<T>*>(out), ins...);
+      MEGACPP_CUDA_CHECK_LAUNCH(map_packet_kernel);
+      return;
+    }
+  }
+  map_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(total, cols, any_broadcast, f, out, ins...);
   MEGACPP_CUDA_CHECK_LAUNCH(map_kernel);
 }
 
@@ -45,9 +90,35 @@ __global__ void update_in_place_kernel(index_t n, F f, T* a, T* b, T* c, const T
   for (index_t i = global_thread(); i < n; i += grid_stride()) f(a[i], b[i], c[i], x[i]);
 }
 
+// The same a packet of each per thread (AdamW's step reads four tensors and writes three).
+template <class T, class F>
+__global__ void update_in_place_packet_kernel(index_t packets, F f, Packet<T>* a, Packet<T>* b, Packet<T>* c,
+                                              const Packet<T>* x) {
+  for (index_t p = global_thread(); p < packets; p += grid_stride()) {
+    Packet<T> pa = a[p], pb = b[p], pc = c[p];
+    const Packet<T> px = x[p];
+#pragma unroll
+    for (int e = 0; e < Packet<T>::kSize; ++e) f(pa.e[e], pb.e[e], pc.e[e], px.e[e]);
+    a[p] = pa;
+    b[p] = pb;
+    c[p] = pc;
+  }
+}
+
 template <class T, class F>
 void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
   if (n == 0) return;
+  if constexpr (kHasPacket<T>) {
+    constexpr index_t kSize = Packet<T>::kSize;
+    if (n % kSize == 0 && packet_aligned(a) && packet_aligned(b) && packet_aligned(c) && packet_aligned(x)) {
+      const index_t packets = n / kSize;
+      update_in_place_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(
+          packets, f, reinterpret_cast<Packet<T>*>(a), reinterpret_cast<Packet<T>*>(b), reinterpret_cast<Packet<T>*>(c),
+          reinterpret_cast<const Packet<T>*>(x));
+      MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_packet_kernel);
+      return;
+    }
+  }
   update_in_place_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, a, b, c, x);
   MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_kernel);
 }
@@ -184,9 +255,36 @@ __global__ void fill_kernel(index_t n, T value, T* dst) {
 }
 
 template <class T>
+__global__ void fill_packet_kernel(index_t packets, Packet<T> value, Packet<T>* dst) {
+  for (index_t p = global_thread(); p < packets; p += grid_stride()) dst[p] = value;
+}
+
+// A value whose bytes are all zero (0, 0.0f, not -0.0f) is one cudaMemsetAsync (zeroing gradients
+// is most of the fills of a training step); others a packet per thread where the pointer and
+// length allow.
+template <class T>
 void fill(T* dst, std::size_t n, T value) {
   if (n == 0) return;
+  unsigned char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  bool zero = true;
+  for (const unsigned char b : bytes) zero = zero && b == 0;
+  if (zero) {
+    MEGACPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(T), kStream));
+    return;
+  }
   const auto count = static_cast<index_t>(n);
+  if constexpr (kHasPacket<T>) {
+    constexpr index_t kSize = Packet<T>::kSize;
+    if (count % kSize == 0 && packet_aligned(dst)) {
+      Packet<T> packet;
+      for (int e = 0; e < Packet<T>::kSize; ++e) packet.e[e] = value;
+      const index_t packets = count / kSize;
+      fill_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(packets, packet, reinterpret_cast<Packet<T>*>(dst));
+      MEGACPP_CUDA_CHECK_LAUNCH(fill_packet_kernel);
+      return;
+    }
+  }
   fill_kernel<T><<<grid_for(count), kThreads, 0, kStream>>>(count, value, dst);
   MEGACPP_CUDA_CHECK_LAUNCH(fill_kernel);
 }

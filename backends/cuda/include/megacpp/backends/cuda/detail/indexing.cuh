@@ -87,7 +87,13 @@ void scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t*
 //   y[i + dim/2] = x[i + dim/2] cos + x[i] sin,     angle_i = pos * inv_freq_i
 // sign = -1 rotates by -angle (the backward). y = beta * y + rotated x. Angles are formed and
 // their sine and cosine taken in double (pos * inv_freq reaches 6e4 rad at 64K context), then
-// rounded to T, as on the CPU. One thread per (token, i) pair computes them once for all heads.
+// rounded to T, as on the CPU. One thread per (token, i) pair computes them once for all heads,
+// and loads kRopeHeadsAtOnce heads' pairs before it stores any: head by head, each thread waited
+// for one load after another (10.6 us per call on an H100 for the queries of 4096 tokens x 8 heads
+// x 64, 1.6 TB/s; recomputing the angle per head instead cost more, in double sin and cos). A
+// thread reads and writes only its own pairs, so x may be y (in place).
+inline constexpr int kRopeHeadsAtOnce = 4;
+
 template <class T>
 __global__ void rope_kernel(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq,
                             int sign, const T* x, T beta, T* y) {
@@ -97,14 +103,24 @@ __global__ void rope_kernel(index_t tokens, index_t heads, index_t dim, const st
     const double angle = static_cast<double>(positions[t]) * static_cast<double>(inv_freq[i]);
     const T cos_a = static_cast<T>(::cos(angle));
     const T sin_a = static_cast<T>(sign * ::sin(angle));
-    for (index_t h = 0; h < heads; ++h) {
-      const T* xr = x + (t * heads + h) * dim;
-      T* yr = y + (t * heads + h) * dim;
-      const T x1 = xr[i], x2 = xr[i + half];
-      const T y1 = x1 * cos_a - x2 * sin_a;
-      const T y2 = x2 * cos_a + x1 * sin_a;
-      yr[i] = beta == T(0) ? y1 : beta * yr[i] + y1;
-      yr[i + half] = beta == T(0) ? y2 : beta * yr[i + half] + y2;
+    for (index_t h0 = 0; h0 < heads; h0 += kRopeHeadsAtOnce) {
+      T x1[kRopeHeadsAtOnce], x2[kRopeHeadsAtOnce];
+#pragma unroll
+      for (int j = 0; j < kRopeHeadsAtOnce; ++j)
+        if (h0 + j < heads) {
+          const T* xr = x + (t * heads + h0 + j) * dim;
+          x1[j] = xr[i];
+          x2[j] = xr[i + half];
+        }
+#pragma unroll
+      for (int j = 0; j < kRopeHeadsAtOnce; ++j)
+        if (h0 + j < heads) {
+          T* yr = y + (t * heads + h0 + j) * dim;
+          const T y1 = x1[j] * cos_a - x2[j] * sin_a;
+          const T y2 = x2[j] * cos_a + x1[j] * sin_a;
+          yr[i] = beta == T(0) ? y1 : beta * yr[i] + y1;
+          yr[i + half] = beta == T(0) ? y2 : beta * yr[i + half] + y2;
+        }
     }
   }
 }
