@@ -91,8 +91,15 @@ GradOutputRowsRun emulated_grad_output_rows(const float* grad_o, const float* o,
   return run;
 }
 
+index_t key_value_blocks(const Problem& p) {
+  return static_cast<index_t>(flash::document_tiles(p.spans, tc::kTileRows).size()) * p.kv_heads;
+}
+index_t key_value_splits(const Problem& p, index_t resident_blocks) {
+  return tc::key_value_splits(key_value_blocks(p), p.heads / p.kv_heads, resident_blocks);
+}
+
 AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial, const LaunchFaults& faults,
-                                const GradientsWanted& wanted) {
+                                const GradientsWanted& wanted, index_t resident_blocks) {
   const flash::Geometry<float> g = geometry(p);
   AttentionRun r = prepared(p, initial);
   // Mirrors tensor_core::forward and backward (attention_mma_launch.cuh).
@@ -112,10 +119,35 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   const std::vector<__nv_bfloat16> grad_o = grad_output_rows(raw.grad_o.data(), r.o.data(), rows, p.dim, drow.data());
   if (work.empty()) return r;
   tc::with_padded_dim(p.dim, [&]<int D>() {
-    if (wanted.k || wanted.v)
-      launch(tc::key_value_grad_kernel<D>, {tc_grid(key_work, p.kv_heads), block, tc::KeyValueShared<D>(nullptr).bytes - cut},
-             g, key_work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(),
-             wanted.k ? r.dk.data() : nullptr, wanted.v ? r.dv.data() : nullptr);
+    if (wanted.k || wanted.v) {
+      // The splits and partial sums as backward() makes them; zeroed host vectors for its memsets.
+      const index_t splits = key_value_splits(p, resident_blocks), slices = splits - 1;
+      const index_t n = p.batch * p.seq * p.kv_heads * p.dim;
+      float* grad_k = wanted.k ? r.dk.data() : nullptr;
+      float* grad_v = wanted.v ? r.dv.data() : nullptr;
+      std::vector<float> partial_k(grad_k && slices > 0 ? static_cast<std::size_t>(slices * n) : 0, 0.0f);
+      std::vector<float> partial_v(grad_v && slices > 0 ? static_cast<std::size_t>(slices * n) : 0, 0.0f);
+      float* into_k = partial_k.empty() ? nullptr : partial_k.data();
+      float* into_v = partial_v.empty() ? nullptr : partial_v.data();
+      launch(tc::key_value_grad_kernel<D>,
+             {tc_grid(key_work, p.kv_heads * splits), block, tc::KeyValueShared<D>(nullptr).bytes - cut}, g, key_work.data(),
+             width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), grad_k, grad_v, into_k, into_v,
+             splits, n);
+      if (slices > 0) {
+        if (tc::sum_splits_in_packets(n, {into_k, into_v, grad_k, grad_v})) {
+          using V = cuda::Packet<float>;
+          const index_t vectors = n / V::kSize;
+          launch(tc::sum_splits_kernel<float, V::kSize>, {dim3(cuda::grid_for(vectors)), dim3(cuda::kThreads), 0}, vectors,
+                 slices, vectors, reinterpret_cast<const V*>(into_k), reinterpret_cast<V*>(grad_k),
+                 reinterpret_cast<const V*>(into_v), reinterpret_cast<V*>(grad_v));
+        } else {
+          using V = cuda::Vec<float, 1>;
+          launch(tc::sum_splits_kernel<float, 1>, {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}, n, slices, n,
+                 reinterpret_cast<const V*>(into_k), reinterpret_cast<V*>(grad_k), reinterpret_cast<const V*>(into_v),
+                 reinterpret_cast<V*>(grad_v));
+        }
+      }
+    }
     if (wanted.q)
       launch(tc::query_grad_kernel<D>, {tc_grid(work, p.heads), block, tc::QueryShared<D>(nullptr).bytes - cut}, g,
              work.data(), width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), r.dq.data());

@@ -30,9 +30,16 @@ struct GradientsWanted {
 /// The bf16 tensor-core attention (detail/attention_mma.cuh) as detail/attention_mma_launch.cuh
 /// launches it: forward on `raw` (fp32: the kernels round as they stage), then backward from the
 /// forward's o and lse with grad_o, the wanted gradients added into `initial`'s dq, dk, dv.
+/// `resident_blocks` stands for the device's (the launch code asks the device): the dK/dV pass
+/// splits the query heads of a kv head as key_value_splits decides from it (1: never).
 AttentionRun run_bf16_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
                                 const AttentionRun& initial, const LaunchFaults& faults = {},
-                                const GradientsWanted& wanted = {});
+                                const GradientsWanted& wanted = {}, index_t resident_blocks = 1);
+
+/// The dK/dV pass's blocks before any split (its key tiles x kv heads), and the splits
+/// tensor_core::key_value_splits gives them when the device holds `resident_blocks`.
+index_t key_value_blocks(const attention_bf16_test::Problem& p);
+index_t key_value_splits(const attention_bf16_test::Problem& p, index_t resident_blocks);
 
 /// The bits of the bf16 copy the tensor-core kernels read of `rows` rows of `dim` floats at `src`
 /// (to_bf16_rows_kernel launched as tensor_core::Bf16Rows launches it): rows of

@@ -45,10 +45,12 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
+#include <initializer_list>
 #include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
 #include "megacpp/backends/cuda/detail/attention_mma_tiles.cuh"
+#include "megacpp/backends/cuda/detail/packet.cuh"
 
 namespace megacpp::cuda::flash::tensor_core {
 
@@ -330,13 +332,13 @@ __device__ inline void probability_and_grad(float& s, float& dp, bool seen, cons
   s = p;
 }
 
-// The query steps of a dK/dV block: per query head of the kv head's group, in order, the queries
-// [ks, q_last] that see its keys in steps of kQueryStep. Step s: query head kvh * group + s / per_head,
-// queries from c0(s), count(s) of them.
+// The query steps of a dK/dV block: per query head of its share of the kv head's group (`heads`
+// of them from `first_head`), in order, the queries [ks, q_last] that see its keys in steps of
+// kQueryStep. Step s: query head first_head + s / per_head, queries from c0(s), count(s) of them.
 struct QuerySteps {
-  index_t ks, q_last, per_head, group;
-  __device__ index_t size() const { return per_head * group; }
-  __device__ index_t head(index_t kvh, index_t s) const { return kvh * group + s / per_head; }
+  index_t ks, q_last, per_head, heads, first_head;
+  __device__ index_t size() const { return per_head * heads; }
+  __device__ index_t head(index_t s) const { return first_head + s / per_head; }
   __device__ index_t c0(index_t s) const { return ks + s % per_head * kQueryStep; }
   __device__ int count(index_t s) const {
     const index_t left = q_last - c0(s) + 1;
@@ -353,32 +355,35 @@ struct QuerySteps {
 template <int D>
 inline constexpr int kBackwardBlocksPerSm = D == 64 ? 3 : 1;
 
-// ---- backward, pass 1: dK, dV; one block per (document key tile, kv head) --------------------------
+// ---- backward, pass 1: dK, dV; one block per (document key tile, kv head, split) ------------------
 // Warp w owns keys [16w, 16w + 16) of the tile: its strips of S^T = K Q^T and dP^T = V dO^T, of
-// P^T and dS^T, and of the dK, dV accumulators (registers, the whole block). The block walks the
-// group's query heads in order and, for each, the queries that see its keys in steps of
-// kQueryStep, in order: each dK, dV element has one writer and a fixed summation order.
+// P^T and dS^T, and of the dK, dV accumulators (registers, the whole block). The block walks its
+// split's query heads (group / splits consecutive heads of the kv head's group) in order and, for
+// each, the queries that see its keys in steps of kQueryStep, in order. Split 0 adds its dK, dV
+// into grad_k, grad_v; split s > 0 adds its share into slice s - 1 of partial_k, partial_v (zeroed,
+// each slice laid out as dK, split_stride elements apart), which sum_splits_kernel then adds to
+// dK, dV in split order. Either way each element has one writer and a fixed summation order.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads, kBackwardBlocksPerSm<D>)
     key_value_grad_kernel(Geometry<float> g, const WorkTile* work, index_t width, const nv_bf16* q, const nv_bf16* k,
                           const nv_bf16* v, const nv_bf16* grad_o, const float* lse, const float* drow, float* grad_k,
-                          float* grad_v) {
+                          float* grad_v, float* partial_k, float* partial_v, index_t splits, index_t split_stride) {
   using KTile = Bf16Tile<kTileRows, D>;
   using QTile = Bf16Tile<kQueryStep, D>;
   extern __shared__ __align__(128) unsigned char tile_memory[];
   const KeyValueShared<D> sh(tile_memory);
-  const BlockPlace place(g.kv_heads);
+  const BlockPlace place(g.kv_heads * splits);  // a kv head's splits are neighbours: they share K and V
   const WorkTile w = work[place.item];
-  const index_t kvh = place.head;
+  const index_t kvh = place.head / splits, split = place.head % splits, split_heads = g.group / splits;
   const int warp = static_cast<int>(threadIdx.x / 32);
   const FragmentPlace at;
   const index_t ks = static_cast<index_t>(w.tile) * kTileRows, ke = ks + kTileRows < w.len ? ks + kTileRows : w.len;
   // Queries that see some key of [ks, ke): [ks, min(len - 1, ke - 2 + W)] (query_tiles_for_keys).
   const index_t q_last = g.window > 0 && ke - 2 + g.window < w.len - 1 ? ke - 2 + g.window : w.len - 1;
-  const QuerySteps steps{ks, q_last, (q_last - ks) / kQueryStep + 1, g.group};
+  const QuerySteps steps{ks, q_last, (q_last - ks) / kQueryStep + 1, split_heads, kvh * g.group + split * split_heads};
   // Starts copying step s's queries (Q, dO, LSE, D) into copy s % 2, and commits the group.
   auto stage_query_step = [&](index_t s) {
-    const index_t h = steps.head(kvh, s), c0 = steps.c0(s);
+    const index_t h = steps.head(s), c0 = steps.c0(s);
     const int n = steps.count(s);
     stage_rows<kQueryStep, D>(sh.q[s], QTile::kLd, q, w.b, w.start, c0, n, g.seq, g.heads, h, width);
     stage_rows<kQueryStep, D>(sh.grad_o[s], QTile::kLd, grad_o, w.b, w.start, c0, n, g.seq, g.heads, h, width);
@@ -432,8 +437,43 @@ __global__ void __launch_bounds__(kBlockThreads, kBackwardBlocksPerSm<D>)
     strip_product<D, kQueryStep, BTile::rows_are_k>(dk, dst, sh.q[step], QTile::kLd);
   }
   const int count = static_cast<int>(ke - ks);
-  if (grad_k) add_tile<D>(sh.accumulators, grad_k, dk, w.b, w.start, ks, count, g.seq, g.kv_heads, kvh, g.dim, g.scale);
-  if (grad_v) add_tile<D>(sh.accumulators, grad_v, dv, w.b, w.start, ks, count, g.seq, g.kv_heads, kvh, g.dim, 1.0f);
+  float* into_k = split == 0 || !grad_k ? grad_k : partial_k + (split - 1) * split_stride;  // no offset on null
+  float* into_v = split == 0 || !grad_v ? grad_v : partial_v + (split - 1) * split_stride;
+  if (grad_k) add_tile<D>(sh.accumulators, into_k, dk, w.b, w.start, ks, count, g.seq, g.kv_heads, kvh, g.dim, g.scale);
+  if (grad_v) add_tile<D>(sh.accumulators, into_v, dv, w.b, w.start, ks, count, g.seq, g.kv_heads, kvh, g.dim, 1.0f);
+}
+
+// grad[i] += (partial[0][i] + partial[1][i]) + ... over the `slices` slices (`stride` Vecs
+// apart), for dK and dV (either may be null) in one launch: splits 1.. of key_value_grad_kernel
+// added to the gradients split 0 has already added to, in split order.
+// (A template: a header's non-template __global__ function is defined again in every translation
+// unit that includes it.)
+template <class T, int N>
+__global__ void sum_splits_kernel(index_t vectors, index_t slices, index_t stride, const Vec<T, N>* partial_k,
+                                  Vec<T, N>* grad_k, const Vec<T, N>* partial_v, Vec<T, N>* grad_v) {
+  auto add_slices = [&](const Vec<T, N>* partial, Vec<T, N>* grad, index_t i) {
+    Vec<T, N> sum = partial[i], g = grad[i];
+    for (index_t s = 1; s < slices; ++s) {
+      const Vec<T, N> more = partial[s * stride + i];
+#pragma unroll
+      for (int e = 0; e < N; ++e) sum.e[e] += more.e[e];
+    }
+#pragma unroll
+    for (int e = 0; e < N; ++e) g.e[e] += sum.e[e];
+    grad[i] = g;
+  };
+  for (index_t i = global_thread(); i < vectors; i += grid_stride()) {
+    if (grad_k) add_slices(partial_k, grad_k, i);
+    if (grad_v) add_slices(partial_v, grad_v, i);
+  }
+}
+
+// Whether sum_splits_kernel may take n floats as float4s: n whole packets, every pointer aligned
+// (null ones pass). Else it takes one float at a time.
+inline bool sum_splits_in_packets(index_t n, std::initializer_list<const void*> pointers) {
+  bool fit = n % Packet<float>::kSize == 0;
+  for (const void* p : pointers) fit = fit && (p == nullptr || packet_aligned(p));
+  return fit;
 }
 
 // ---- backward, pass 2: dQ; one block per (document query tile, query head) ------------------------

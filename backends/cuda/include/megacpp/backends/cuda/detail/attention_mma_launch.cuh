@@ -63,6 +63,17 @@ void prepare_launch(Kernel kernel, const char* name, std::size_t shared) {
   allow_shared_memory(kernel, shared);
 }
 
+// The blocks of `kernel` the device holds at once: its SMs x the blocks an SM takes at `shared`
+// bytes each (registers and shared memory decide), for the dK/dV pass's splits.
+template <class Kernel>
+index_t resident_blocks(Kernel kernel, std::size_t shared) {
+  int device = 0, sms = 0, per_sm = 0;
+  MEGACPP_CUDA_CHECK(cudaGetDevice(&device));
+  MEGACPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  MEGACPP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, shared));
+  return static_cast<index_t>(sms) * per_sm;
+}
+
 // The bf16 copy of a (batch, seq, heads, dim) float tensor the kernels read, for one call: rows
 // of bf16_row_width(dim), zero columns past dim (attention_mma_tiles.cuh, stage_rows).
 class Bf16Rows {
@@ -168,9 +179,39 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
     if (a.grad_k || a.grad_v) {
       const std::size_t shared = key_value_shared_bytes<D>();
       prepare_launch(key_value_grad_kernel<D>, "dK/dV", shared);
-      key_value_grad_kernel<D><<<block_grid("dK/dV", key_work.count(), p.kv_heads), kBlockThreads, shared, kStream>>>(
-          g, key_work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v);
+      const index_t splits = key_value_splits(key_work.count() * p.kv_heads, p.heads / p.kv_heads,
+                                              resident_blocks(key_value_grad_kernel<D>, shared));
+      // Split 0 adds into dK, dV; the others into zeroed partial sums, then summed into dK, dV.
+      const index_t n = p.batch * p.seq * p.kv_heads * p.head_dim, slices = splits - 1;
+      std::optional<DeviceBuffer<float>> partial_k, partial_v;
+      if (slices > 0) {
+        const std::size_t elements = static_cast<std::size_t>(slices * n);
+        if (a.grad_k) partial_k.emplace(elements);
+        if (a.grad_v) partial_v.emplace(elements);
+        for (const auto* partial : {&partial_k, &partial_v})
+          if (*partial) MEGACPP_CUDA_CHECK(cudaMemsetAsync((*partial)->get(), 0, elements * sizeof(float), kStream));
+      }
+      float* into_k = partial_k ? partial_k->get() : nullptr;
+      float* into_v = partial_v ? partial_v->get() : nullptr;
+      key_value_grad_kernel<D><<<block_grid("dK/dV", key_work.count(), p.kv_heads * splits), kBlockThreads, shared, kStream>>>(
+          g, key_work.device.get(), q.width(), q.get(), k.get(), v.get(), grad_o.get(), a.lse, drow, a.grad_k, a.grad_v,
+          into_k, into_v, splits, n);
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
+      if (slices > 0) {
+        if (sum_splits_in_packets(n, {into_k, into_v, a.grad_k, a.grad_v})) {
+          using V = Packet<float>;
+          const index_t vectors = n / V::kSize;
+          sum_splits_kernel<float, V::kSize><<<grid_for(vectors), kThreads, 0, kStream>>>(
+              vectors, slices, vectors, reinterpret_cast<const V*>(into_k), reinterpret_cast<V*>(a.grad_k),
+              reinterpret_cast<const V*>(into_v), reinterpret_cast<V*>(a.grad_v));
+        } else {
+          using V = Vec<float, 1>;
+          sum_splits_kernel<float, 1><<<grid_for(n), kThreads, 0, kStream>>>(
+              n, slices, n, reinterpret_cast<const V*>(into_k), reinterpret_cast<V*>(a.grad_k),
+              reinterpret_cast<const V*>(into_v), reinterpret_cast<V*>(a.grad_v));
+        }
+        MEGACPP_CUDA_CHECK_LAUNCH(sum_splits_kernel);
+      }
     }
     if (a.grad_q) {
       count_query_tiles(query_work.host, kTileRows, kKeyStep, p.heads, p.window, stats);

@@ -60,6 +60,20 @@ inline dim3 block_grid(const char* name, index_t tiles, index_t heads) {
         " heads = ", blocks, " blocks exceed the grid's 2^31 - 1");
   return dim3(static_cast<unsigned>(blocks));
 }
+// How many blocks share a kv head's query heads in the dK/dV pass (a divisor of group; see
+// key_value_grad_kernel): the fewest that give the `resident` blocks the device holds at once
+// work to do. A pass of few key tiles and kv heads otherwise leaves SMs idle: the dense training
+// bench's 64 key tiles x 2 kv heads were 128 blocks for an H100's 132 SMs x 3, each walking 4
+// query heads. Each extra split costs zeroing and summing one more partial dK and dV.
+inline index_t key_value_splits(index_t blocks, index_t group, index_t resident) {
+  index_t splits = 1;
+  while (blocks * splits < resident && splits < group) {
+    do ++splits;
+    while (group % splits != 0);
+  }
+  return splits;
+}
+
 struct BlockPlace {
   index_t item, head;
   __device__ explicit BlockPlace(index_t heads)
