@@ -134,7 +134,7 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
              width, q.data(), k.data(), v.data(), grad_o.data(), r.lse.data(), drow.data(), grad_k, grad_v, into_k, into_v,
              splits, n);
       if (slices > 0) {
-        if (tc::sum_splits_in_packets(n, {into_k, into_v, grad_k, grad_v})) {
+        if (cuda::fits_packets<float>(n, {into_k, into_v, grad_k, grad_v})) {
           using V = cuda::Packet<float>;
           const index_t vectors = n / V::kSize;
           launch(tc::sum_splits_kernel<float, V::kSize>, {dim3(cuda::grid_for(vectors)), dim3(cuda::kThreads), 0}, vectors,

@@ -45,7 +45,6 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
-#include <initializer_list>
 #include <type_traits>
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
@@ -389,14 +388,6 @@ __global__ void sum_splits_kernel(index_t vectors, index_t slices, index_t strid
     if (grad_k) add_slices(partial_k, grad_k, i);
     if (grad_v) add_slices(partial_v, grad_v, i);
   }
-}
-
-// Whether sum_splits_kernel may take n floats as float4s: n whole packets, every pointer aligned
-// (null ones pass). Else it takes one float at a time.
-inline bool sum_splits_in_packets(index_t n, std::initializer_list<const void*> pointers) {
-  bool fit = n % Packet<float>::kSize == 0;
-  for (const void* p : pointers) fit = fit && (p == nullptr || packet_aligned(p));
-  return fit;
 }
 
 // ---- backward, pass 2: dQ; one block per (document query tile, query head) ------------------------

@@ -198,7 +198,7 @@ AttentionStats backward(const kernels::AttentionParams& p, const DocumentLayout<
           into_k, into_v, splits, n);
       MEGACPP_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
       if (slices > 0) {
-        if (sum_splits_in_packets(n, {into_k, into_v, a.grad_k, a.grad_v})) {
+        if (fits_packets<float>(n, {into_k, into_v, a.grad_k, a.grad_v})) {
           using V = Packet<float>;
           const index_t vectors = n / V::kSize;
           sum_splits_kernel<float, V::kSize><<<grid_for(vectors), kThreads, 0, kStream>>>(

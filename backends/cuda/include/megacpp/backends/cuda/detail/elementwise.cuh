@@ -71,8 +71,7 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   if constexpr (kHasPacket<T>) {
     constexpr index_t kSize = Packet<T>::kSize;
     // A broadcast operand's packets line up with the output's only when each row is whole packets.
-    if (total % kSize == 0 && (!any_broadcast || cols % kSize == 0) && packet_aligned(out) &&
-        (packet_aligned(ins.data) && ... && true)) {
+    if (fits_packets<T>(total, {out, ins.data...}) && (!any_broadcast || cols % kSize == 0)) {
       const index_t packets = total / kSize;
       map_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(packets, cols, any_broadcast, f,
                                                                          reinterpret_cast<Packet<T>*>(out), ins...);
@@ -110,7 +109,7 @@ void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
   if (n == 0) return;
   if constexpr (kHasPacket<T>) {
     constexpr index_t kSize = Packet<T>::kSize;
-    if (n % kSize == 0 && packet_aligned(a) && packet_aligned(b) && packet_aligned(c) && packet_aligned(x)) {
+    if (fits_packets<T>(n, {a, b, c, x})) {
       const index_t packets = n / kSize;
       update_in_place_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(
           packets, f, reinterpret_cast<Packet<T>*>(a), reinterpret_cast<Packet<T>*>(b), reinterpret_cast<Packet<T>*>(c),
@@ -276,7 +275,7 @@ void fill(T* dst, std::size_t n, T value) {
   const auto count = static_cast<index_t>(n);
   if constexpr (kHasPacket<T>) {
     constexpr index_t kSize = Packet<T>::kSize;
-    if (count % kSize == 0 && packet_aligned(dst)) {
+    if (fits_packets<T>(count, {dst})) {
       Packet<T> packet;
       for (int e = 0; e < Packet<T>::kSize; ++e) packet.e[e] = value;
       const index_t packets = count / kSize;

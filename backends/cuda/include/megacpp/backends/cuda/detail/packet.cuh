@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 namespace megacpp::cuda {
 
@@ -25,5 +26,14 @@ template <class T>
 using Packet = Vec<T, kHasPacket<T> ? static_cast<int>(kPacketBytes / sizeof(T)) : 1>;
 
 inline bool packet_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kPacketBytes == 0; }
+
+// Whether `count` elements at each pointer may be taken as Packet<T>s: T has a packet, count is
+// whole packets, every pointer is 16-byte aligned (a null one, an absent operand, passes).
+template <class T>
+bool fits_packets(std::int64_t count, std::initializer_list<const void*> pointers) {
+  bool fit = kHasPacket<T> && count % Packet<T>::kSize == 0;
+  for (const void* p : pointers) fit = fit && packet_aligned(p);
+  return fit;
+}
 
 }  // namespace megacpp::cuda

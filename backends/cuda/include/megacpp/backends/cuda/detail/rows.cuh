@@ -6,7 +6,6 @@
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cmath>
-#include <initializer_list>
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
@@ -254,24 +253,12 @@ void log_softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T
   log_softmax_backward_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, y, gy, gx);
   MEGACPP_CUDA_CHECK_LAUNCH(log_softmax_backward_kernel);
 }
-// Whether a warp kernel may take rows as packets: every row whole packets, every pointer aligned
-// (rows then start aligned too). Null pointers (no gain) pass.
-template <class T>
-bool rows_fit_packets(index_t cols, std::initializer_list<const void*> pointers) {
-  if constexpr (!kHasPacket<T>) return false;
-  else {
-    bool fit = cols % Packet<T>::kSize == 0;
-    for (const void* p : pointers) fit = fit && packet_aligned(p);
-    return fit;
-  }
-}
-
 template <class T>
 void rmsnorm(index_t rows, index_t cols, const T* x, const T* gain, T eps, T* y, T* rstd) {
   if (rows == 0 || cols == 0) return;
   if (cols <= kWarpRowMaxCols) {  // a warp per row, kThreads / 32 rows per block
     const unsigned blocks = grid_for(rows * 32);
-    if (rows_fit_packets<T>(cols, {x, gain, y}))
+    if (fits_packets<T>(cols, {x, gain, y}))  // whole rows of packets: every row starts aligned
       rmsnorm_warp_kernel<T, Packet<T>::kSize><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, eps, y, rstd);
     else
       rmsnorm_warp_kernel<T, 1><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, eps, y, rstd);
@@ -288,7 +275,7 @@ void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, con
   if (rows == 0 || cols == 0) return;
   if (gx && cols <= kWarpRowMaxCols) {
     const unsigned blocks = grid_for(rows * 32);
-    if (rows_fit_packets<T>(cols, {x, gain, gy, gx}))
+    if (fits_packets<T>(cols, {x, gain, gy, gx}))
       rmsnorm_backward_x_warp_kernel<T, Packet<T>::kSize><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, rstd, gy, gx);
     else
       rmsnorm_backward_x_warp_kernel<T, 1><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, rstd, gy, gx);
