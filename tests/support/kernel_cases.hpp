@@ -12,6 +12,7 @@
 #include "support/kernel_cases/fused_attention.hpp"
 #include "support/kernel_cases/gated_combine.hpp"
 #include "support/kernel_cases/grouped_gemm.hpp"
+#include "support/kernel_cases/m2rnn_scan.hpp"
 #include "support/kernel_cases/m2rnn_step.hpp"
 #include "support/kernel_cases/softcap_cross_entropy.hpp"
 #include "support/kernel_cases/ssm_rotary.hpp"

@@ -20,6 +20,8 @@ thread_local __attribute__((aligned(16))) unsigned char step_shared[megacpp::cud
 // M2RNN's decode step (detail/m2rnn_step.cuh): `m2rnn_step_shared`, 16-byte aligned.
 namespace megacpp::cuda::m2rnn {
 thread_local __attribute__((aligned(16))) unsigned char m2rnn_step_shared[megacpp::cuda_emulation::kMaxDynamicShared];
+// M2RNN's training recurrence (detail/m2rnn_scan.cuh): `m2rnn_scan_shared`, 16-byte aligned.
+thread_local __attribute__((aligned(16))) unsigned char m2rnn_scan_shared[megacpp::cuda_emulation::kMaxDynamicShared];
 }
 
 namespace megacpp::cuda_emulation {
@@ -30,6 +32,7 @@ const SharedArena* shared_arenas() {
       {"shared_bytes", megacpp::cuda::flash::shared_bytes, kMaxDynamicShared},
       {"step_shared", megacpp::cuda::ssm::step_shared, kMaxDynamicShared},
       {"m2rnn_step_shared", megacpp::cuda::m2rnn::m2rnn_step_shared, kMaxDynamicShared},
+      {"m2rnn_scan_shared", megacpp::cuda::m2rnn::m2rnn_scan_shared, kMaxDynamicShared},
       {nullptr, nullptr, 0},
   };
   return arenas;

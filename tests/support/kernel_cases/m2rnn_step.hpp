@@ -13,6 +13,7 @@
 
 #include "support/decode_steps.hpp"
 #include "support/kernel_case.hpp"
+#include "support/m2rnn_literal.hpp"
 #include "support/packed_documents.hpp"
 
 #include "megacpp/core/kernels/m2rnn_step.hpp"
@@ -116,32 +117,7 @@ struct KernelCases<kernels::M2RNNStep> {
   template <class T, Backend B>
   static std::vector<double> literal_recurrence(const DocumentLayout<B>& docs, const Sizes& z,
                                                 const std::vector<Var<T, B>>& in) {
-    const std::vector<std::vector<double>> x = host_operands<T, B>(in, z);
-    const index_t Hh = z.heads, K = z.k_dim, Vd = z.v_dim;
-    std::vector<double> y(static_cast<std::size_t>(z.batch * z.seq * Hh * Vd));
-    const auto at = [](index_t i) { return static_cast<std::size_t>(i); };
-    for (index_t b = 0; b < z.batch; ++b)
-      for (index_t h = 0; h < Hh; ++h) {
-        std::vector<double> H(at(K * Vd)), next(H.size());
-        for (index_t t = 0; t < z.seq; ++t) {
-          if (starts_document_at(docs.spans[at(b)], t)) std::fill(H.begin(), H.end(), 0.0);
-          const index_t bth = (b * z.seq + t) * Hh + h;
-          const double f = x[kF][at(bth)];
-          for (index_t i = 0; i < K; ++i)
-            for (index_t c = 0; c < Vd; ++c) {
-              double a = x[kK][at(bth * K + i)] * x[kV][at(bth * Vd + c)];
-              for (index_t j = 0; j < Vd; ++j) a += H[at(i * Vd + j)] * x[kW][at((h * Vd + j) * Vd + c)];
-              next[at(i * Vd + c)] = f * H[at(i * Vd + c)] + (1 - f) * std::tanh(a);
-            }
-          H.swap(next);
-          for (index_t c = 0; c < Vd; ++c) {
-            double acc = 0;
-            for (index_t i = 0; i < K; ++i) acc += x[kQ][at(bth * K + i)] * H[at(i * Vd + c)];
-            y[at(bth * Vd + c)] = acc;
-          }
-        }
-      }
-    return y;
+    return m2rnn_literal_recurrence(docs, z.heads, z.k_dim, z.v_dim, host_operands<T, B>(in, z));
   }
 };
 

@@ -12,10 +12,11 @@
 ///
 /// Row i of H_t reads only row i of H_{t-1}, and every element of a row its own column of W:
 /// m2rnn_state_element is that element and m2rnn_readout y's, written once for every backend
-/// (MEGACPP_HD). The training recurrence (nn/m2rnn/recurrence.hpp's recurrence_step) takes the same
-/// operations per element in the same order, in loops the compiler vectorizes over columns. The rows of
-/// the batch are independent: a row's outputs never read another row's cache, which keeps
-/// decoding's document-masking invariant (docs/recipe.md).
+/// (MEGACPP_HD). The training recurrence (the M2RNNScan contract, m2rnn_scan.hpp) takes the same
+/// operations per element in the same order (the CPU's in vectorized loops, whose fused
+/// multiply-adds the compiler may place differently: an ulp apart). The rows of the batch are
+/// independent: a row's outputs never read another row's cache, which keeps decoding's
+/// document-masking invariant (docs/recipe.md).
 #pragma once
 
 #include <cmath>
@@ -52,13 +53,20 @@ struct M2RNNStepArgs {
   T* y = nullptr;        ///< (batch, heads, V): written
 };
 
+/// A[i, c] = k_i v_c + sum_j H_{t-1}[i, j] W[j, c] (j in order) from row i of H_{t-1} (`h_prev_row`,
+/// V values), the head's W (V x V), k_i and v (V): what the tanh of the step takes.
+template <class T>
+MEGACPP_HD T m2rnn_preactivation(index_t V, const T* h_prev_row, const T* W, T k_i, const T* v, index_t c) {
+  T a = k_i * v[c];
+  for (index_t j = 0; j < V; ++j) a += h_prev_row[j] * W[j * V + c];
+  return a;
+}
+
 /// H_t[i, c] from row i of H_{t-1} (`h_prev_row`, V values), the head's W (V x V), k_i, v (V) and f.
 template <class T>
 MEGACPP_HD T m2rnn_state_element(index_t V, const T* h_prev_row, const T* W, T k_i, const T* v, T f, index_t c) {
   using std::tanh;  // the element type's overload (the device's under nvcc)
-  T a = k_i * v[c];
-  for (index_t j = 0; j < V; ++j) a += h_prev_row[j] * W[j * V + c];
-  return f * h_prev_row[c] + (T(1) - f) * tanh(a);
+  return f * h_prev_row[c] + (T(1) - f) * tanh(m2rnn_preactivation<T>(V, h_prev_row, W, k_i, v, c));
 }
 
 /// y_c = sum_i q_i H_t[i, c], i in order; `state` is H_t (K x V).

@@ -17,6 +17,7 @@
 #include "megacpp/core/kernels/cross_entropy.hpp"
 #include "megacpp/core/kernels/gated_combine.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
+#include "megacpp/core/kernels/m2rnn_scan.hpp"
 #include "megacpp/core/kernels/m2rnn_step.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 #include "megacpp/core/kernels/ssm_scan.hpp"
@@ -39,12 +40,12 @@ struct KernelList {
 /// Every kernel contract, in the order of kKernelNames.
 using AllKernels =
     KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm, GatedCombine,
-               DecodeAttention, SsmStep, M2RNNStep>;
+               DecodeAttention, SsmStep, M2RNNStep, M2RNNScan>;
 
 /// The contracts' names, in the order of AllKernels.
-inline constexpr std::array<std::string_view, 10> kKernelNames{
-    "FusedAttention", "SsmScan",      "SsmRotary",       "CausalConv1d", "SoftcapCrossEntropy",
-    "GroupedGemm",    "GatedCombine", "DecodeAttention", "SsmStep",      "M2RNNStep"};
+inline constexpr std::array<std::string_view, 11> kKernelNames{
+    "FusedAttention", "SsmScan",      "SsmRotary",       "CausalConv1d", "SoftcapCrossEntropy", "GroupedGemm",
+    "GatedCombine",   "DecodeAttention", "SsmStep",      "M2RNNStep",    "M2RNNScan"};
 static_assert(AllKernels::size == kKernelNames.size(),
               "megacpp_kernel_registry: a contract was added to AllKernels without its name in kKernelNames");
 

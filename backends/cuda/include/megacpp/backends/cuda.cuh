@@ -193,6 +193,7 @@ struct GatedCombine<Cuda> {
 #include "megacpp/backends/cuda/kernels/attention.cuh"
 #include "megacpp/backends/cuda/kernels/attention_decode.cuh"
 #include "megacpp/backends/cuda/kernels/causal_conv1d.cuh"
+#include "megacpp/backends/cuda/kernels/m2rnn_scan.cuh"
 #include "megacpp/backends/cuda/kernels/m2rnn_step.cuh"
 #include "megacpp/backends/cuda/kernels/ssm_rotary.cuh"
 #include "megacpp/backends/cuda/kernels/ssm_scan.cuh"

@@ -9,6 +9,7 @@
 ///   SsmScan<Cpu>               detail/ssm/{common,forward,backward}.hpp, detail/small_gemm.hpp
 ///   SsmRotary<Cpu>             detail/ssm/rotary.hpp
 ///   SsmStep<Cpu>               detail/ssm/step.hpp
+///   M2RNNScan<Cpu>             detail/m2rnn_scan.hpp
 ///   M2RNNStep<Cpu>             detail/m2rnn_step.hpp
 ///   CausalConv1d<Cpu>          detail/ssm/conv1d.hpp
 ///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
@@ -24,6 +25,7 @@
 #include "megacpp/backends/cpu/detail/attention/forward.hpp"
 #include "megacpp/backends/cpu/detail/gated_combine.hpp"
 #include "megacpp/backends/cpu/detail/grouped_gemm.hpp"
+#include "megacpp/backends/cpu/detail/m2rnn_scan.hpp"
 #include "megacpp/backends/cpu/detail/m2rnn_step.hpp"
 #include "megacpp/backends/cpu/detail/ssm/backward.hpp"
 #include "megacpp/backends/cpu/detail/ssm/conv1d.hpp"
@@ -168,6 +170,24 @@ struct SsmStep<Cpu> {
   template <class T>
   static void step(const SsmStepParams& p, const SsmStepArgs<T>& a) {
     cpu::ssm::decode_step<T>(p, a);
+  }
+};
+
+/// The CPU M2RNN training recurrence: one thread per (row, head), tokens in order.
+template <>
+struct M2RNNScan<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// y and, when checkpoints is not null, the state entering every chunk.
+  template <class T>
+  static void forward(const M2RNNScanParams& p, const DocumentLayout<Cpu>& docs, const M2RNNScanOperands<T>& in, T* y,
+                      T* checkpoints) {
+    cpu::m2rnn::scan_forward<T>(p, docs.doc_ids.data(), in, y, checkpoints);
+  }
+  /// Adds into every gradient that is not null, from dy and the forward's checkpoints.
+  template <class T>
+  static void backward(const M2RNNScanParams& p, const DocumentLayout<Cpu>& docs, const M2RNNScanOperands<T>& in,
+                       const T* dy, const T* checkpoints, const M2RNNScanGradients<T>& grads) {
+    cpu::m2rnn::scan_backward<T>(p, docs.doc_ids.data(), in, dy, checkpoints, grads);
   }
 };
 
