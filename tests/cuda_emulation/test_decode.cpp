@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "decode_emulated.hpp"
+#include "host_arrays.hpp"
 #include "emulator/options.hpp"
 
 #include "megacpp/backends/cpu/kernels.hpp"
@@ -84,14 +85,6 @@ index_t steps_of(const Case& c) {
   return n;
 }
 
-// One random token per row: q (batch, heads, D), k and v (batch, kv_heads, D), drawn from `rng`.
-template <class T>
-std::vector<T> uniform(std::size_t n, Rng& rng) {
-  std::vector<T> out(n);
-  for (T& x : out) x = static_cast<T>(rng.uniform(-1.0, 1.0));
-  return out;
-}
-
 enum class Kernel { cpu, emulated };
 
 // Decodes every row of the case token by token on `kernel`; returns the outputs of every step,
@@ -145,12 +138,6 @@ std::string compare(const std::vector<T>& got, const std::vector<T>& want, doubl
       return "element " + std::to_string(i) + ": got " + std::to_string(g) + ", CPU " + std::to_string(w);
   }
   return "";
-}
-
-// (memcmp takes no null pointer, even for 0 bytes: an empty vector's data() may be null.)
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 const std::vector<Case>& cases() {

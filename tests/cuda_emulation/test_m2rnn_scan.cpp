@@ -9,17 +9,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <type_traits>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "emulator/options.hpp"
+#include "host_arrays.hpp"
 #include "m2rnn_emulated.hpp"
 
 #include "megacpp/backends/cpu/kernels.hpp"
-#include "megacpp/core/random.hpp"
 
 namespace megacpp::cuda_emulation {
 namespace {
@@ -44,18 +43,6 @@ const std::vector<ScanCase>& scan_cases() {
       {"dq and dW not needed (null)", 2, 3, 4, 0.0, 4, {{5, 1, 6}, {12}}, false},
   };
   return all;
-}
-
-template <class T>
-std::vector<T> uniform(std::size_t n, Rng& rng, double lo = -1.0, double hi = 1.0) {
-  std::vector<T> out(n);
-  for (T& x : out) x = static_cast<T>(rng.uniform(lo, hi));
-  return out;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // One problem: operands, the upstream gradient and initial gradients, all drawn from one seed.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "emulator/options.hpp"
+#include "host_arrays.hpp"
 #include "scan_emulated.hpp"
 #include "support/documents_testing.hpp"
 
@@ -52,11 +53,6 @@ std::vector<float> normal(std::size_t n, Rng& rng) {
   for (float& e : x) e = static_cast<float>(rng.normal());
   return x;
 }
-std::vector<float> uniform(std::size_t n, double lo, double hi, Rng& rng) {
-  std::vector<float> x(n);
-  for (float& e : x) e = static_cast<float>(rng.uniform(lo, hi));
-  return x;
-}
 
 Case make_case(const std::vector<std::vector<index_t>>& rows, const Shape& s, std::uint64_t seed) {
   Case c{testing::packed_layout(rows, kBos), {}};
@@ -70,9 +66,9 @@ Case make_case(const std::vector<std::vector<index_t>>& rows, const Shape& s, st
   p.q = normal(tokens * static_cast<std::size_t>(s.groups * s.rank * s.d_state), rng);
   p.k = normal(p.q.size(), rng);
   p.v = normal(tokens * static_cast<std::size_t>(s.heads * s.rank * s.head_dim), rng);
-  p.log_alpha = uniform(tokens * static_cast<std::size_t>(s.heads), -0.9, -0.05, rng);
-  p.gamma = uniform(p.log_alpha.size(), 0.05, 0.6, rng);
-  if (s.shift) p.shift = uniform(p.log_alpha.size(), 0.05, 0.6, rng);
+  p.log_alpha = uniform<float>(tokens * static_cast<std::size_t>(s.heads), rng, -0.9, -0.05);
+  p.gamma = uniform<float>(p.log_alpha.size(), rng, 0.05, 0.6);
+  if (s.shift) p.shift = uniform<float>(p.log_alpha.size(), rng, 0.05, 0.6);
   if (s.D) p.D = normal(static_cast<std::size_t>(s.heads), rng);
   p.dy = normal(p.v.size(), rng);
   return c;
@@ -174,9 +170,6 @@ void check_against_cpu(const char* name, const Case& c, std::uint64_t seed) {
   }
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 bool bitwise_equal(const ScanRun& a, const ScanRun& b) {
   return same_bits(a.y, b.y) && same_bits(a.chunk_states, b.chunk_states) && same_bits(a.dq, b.dq) &&
          same_bits(a.dk, b.dk) && same_bits(a.dv, b.dv) && same_bits(a.dlog_alpha, b.dlog_alpha) &&
