@@ -310,12 +310,37 @@ Case<float, B> gemm_bf16_case() {
           }};
 }
 
+// The GroupedGemm contract on bf16 operands (fp32 sums and results, the MoE experts' products
+// under Bf16Mixed): forward, then the backward adding into non-zero dX and dW, over uneven groups
+// with an empty one and sizes past a tile. A float case only, like gemm_bf16's.
+template <Backend B>
+Case<float, B> grouped_gemm_bf16_case() {
+  return {"GroupedGemm on bf16 operands: 5 uneven groups (one empty), K 40, N 70, backward into non-zero grads",
+          [](Harness<float, B>& h) {
+            const std::vector<index_t> offsets{0, 9, 9, 26, 27, 60};
+            const index_t groups = 5, k = 40, n = 70, rows = offsets.back();
+            const kernels::GroupedGemmParams p{groups, k, n, offsets.data()};
+            const Tensor<bf16, B> x = h.uniform({rows, k}).template to<bf16>();
+            const Tensor<bf16, B> w = h.uniform({groups, n, k}).template to<bf16>();
+            const Tensor<bf16, B> dy = h.uniform({rows, n}).template to<bf16>();
+            Tensor<float, B> y(Shape{rows, n});
+            Tensor<float, B> dx = h.uniform({rows, k}), dw = h.uniform({groups, n, k});
+            kernels::GroupedGemm<B>::template forward<float, bf16>(p, {x.data(), w.data(), y.data()});
+            kernels::GroupedGemm<B>::template backward<float, bf16>(p, {x.data(), w.data(), nullptr},
+                                                                    {dy.data(), dx.data(), dw.data()});
+            return Outputs{Harness<float, B>::doubles(y), Harness<float, B>::doubles(dx), Harness<float, B>::doubles(dw)};
+          }};
+}
+
 // Every case, op cases first; both test translation units index into this one list.
 template <class T, Backend B>
 std::vector<Case<T, B>> all_cases() {
   std::vector<Case<T, B>> cases = op_cases<T, B>();
   for (auto& c : kernel_cases<T, B>()) cases.push_back(c);
-  if constexpr (std::is_same_v<T, float>) cases.push_back(gemm_bf16_case<B>());
+  if constexpr (std::is_same_v<T, float>) {
+    cases.push_back(gemm_bf16_case<B>());
+    cases.push_back(grouped_gemm_bf16_case<B>());
+  }
   return cases;
 }
 

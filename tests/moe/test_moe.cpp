@@ -1,10 +1,14 @@
 // The MoE layer and its parts: the grouped product against per-group products and across thread
-// counts, gradchecks in double (router and routing weights, the grouped product, the whole layer
-// under both routing policies), deterministic top-k ties, balancing, bad input.
+// counts (in fp32, and on bf16 operands against Cpu::gemm_bf16 per group), gradchecks in double
+// (router and routing weights, the grouped product, the whole layer under both routing policies),
+// deterministic top-k ties, balancing, bad input.
 #include "support/op_testing.hpp"
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "megacpp/nn/moe.hpp"
@@ -52,6 +56,60 @@ TEST_CASE("grouped_matmul: each group is its own product, bitwise on 1 and 2 thr
     const std::vector<float> ref = matmul(xg, wg, false, true).value().to_host();
     CHECK(std::memcmp(ref.data(), one.data() + r0 * N, ref.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("grouped_matmul under bf16 products: each group is Cpu::gemm_bf16 on bf16 copies, forward and both gradients",
+          "[moe][grouped_gemm][precision]") {
+  Rng rng(4);
+  const index_t K = 70, N = 130, E = 8, M = kOffsets.back();  // wider than a tile both ways
+  const auto x = randn<float, Cpu>({M, K}, rng), w = randn<float, Cpu>({E, N, K}, rng);
+  const auto dy = randn<float, Cpu>({M, N}, rng);
+  struct Result {
+    std::vector<float> y, dx, dw;
+  };
+  const int saved = omp_get_max_threads();
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    const auto xv = Var<float, Cpu>::parameter(x), wv = Var<float, Cpu>::parameter(w);
+    Var<float, Cpu> y;
+    {
+      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+      y = grouped_matmul(xv, wv, kOffsets);
+    }
+    backward(sum(mul(y, Var<float, Cpu>(dy))));  // outside the scope: the op keeps its precision
+    return Result{y.value().to_host(), xv.grad().to_host(), wv.grad().to_host()};
+  };
+  const Result one = run(1), two = run(2);
+  omp_set_num_threads(saved);
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  CHECK(same_bits(one.y, two.y));
+  CHECK(same_bits(one.dx, two.dx));
+  CHECK(same_bits(one.dw, two.dw));
+
+  // group by group through the dense bf16 GEMM on bf16 copies of x, w and dy: the same bits
+  const auto x16 = x.to<bf16>(), w16 = w.to<bf16>(), dy16 = dy.to<bf16>();
+  std::vector<float> y(static_cast<std::size_t>(M * N)), dx(static_cast<std::size_t>(M * K), 0.0f),
+      dw(static_cast<std::size_t>(E * N * K), 0.0f);
+  for (index_t g = 0; g < E; ++g) {
+    const index_t r0 = kOffsets[g], rows = kOffsets[g + 1] - r0;
+    if (rows == 0) continue;
+    const bf16* wg = w16.data() + g * N * K;
+    Cpu::gemm_bf16(GemmArgs::dense(false, true, rows, N, K), 1.0f, x16.data() + r0 * K, wg, 0.0f, y.data() + r0 * N);
+    Cpu::gemm_bf16(GemmArgs::dense(false, false, rows, K, N), 1.0f, dy16.data() + r0 * N, wg, 1.0f, dx.data() + r0 * K);
+    Cpu::gemm_bf16(GemmArgs::dense(true, false, N, K, rows), 1.0f, dy16.data() + r0 * N, x16.data() + r0 * K, 1.0f,
+                   dw.data() + g * N * K);
+  }
+  CHECK(same_bits(one.y, y));
+  CHECK(same_bits(one.dx, dx));
+  CHECK(same_bits(one.dw, dw));
+
+  // and the fp32 product differs: the scope really rounded the operands
+  const std::vector<float> y32 = grouped_forward(x, w);
+  double worst = 0;
+  for (std::size_t i = 0; i < y32.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(y32[i] - one.y[i])));
+  CHECK(worst > 1e-3);
 }
 
 TEST_CASE("grouped_matmul: gradcheck in double with empty and uneven groups", "[moe][grouped_gemm][gradcheck]") {

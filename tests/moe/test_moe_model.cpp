@@ -1,6 +1,7 @@
 // The 'E' letter in a model: an "AEM" LM builds Block<NoMixer, MoE> for E, trains (forward,
 // backward, the balance loss under its scoped name), generates, and passes the whole-model
-// document-masking check bitwise under both routing policies. A capacity-dropping variant of the
+// document-masking check bitwise under both routing policies and under Bf16Mixed (the experts'
+// bf16 grouped products). A capacity-dropping variant of the
 // same layer (test-only: the library never drops) must fail that check.
 #include "support/masking_testing.hpp"
 
@@ -132,6 +133,12 @@ TEST_CASE("'E' letter: an AEM model passes the document-masking check bitwise (s
 TEST_CASE("'E' letter: an AEM model passes the document-masking check bitwise (sigmoid + bias)", "[moe][model][masking]") {
   AemLM<double, SigmoidBiasTopK> model(7);
   std::get<1>(model.blocks).ffn.routing.bias = {0.2, -0.1, 0.05, 0.0};
+  check_aem_masking(model);
+}
+
+TEST_CASE("'E' letter under Bf16Mixed: the experts' bf16 grouped products keep the masking check bitwise",
+          "[moe][model][masking][precision]") {
+  AemLM<float>::with_precision<Bf16Mixed> model(8);
   check_aem_masking(model);
 }
 

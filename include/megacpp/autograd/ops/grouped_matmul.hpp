@@ -4,16 +4,44 @@
 ///
 ///   y[r] = x[r] w_g^T  for every row r of group g, i.e. rows [offsets[g], offsets[g + 1])
 ///   dx_g = dy_g w_g,  dw_g = dy_g^T x_g
+///
+/// Under MatmulPrecision::bf16 (autograd/precision.hpp) a float product runs on bf16 copies of x
+/// and w (Var::value_as_bf16, so a weight is rounded once per write) and of dy (rounded once in
+/// the backward), with fp32 sums and results, as `matmul` does: the MoE experts' products follow
+/// the model's precision policy like every other product.
 #pragma once
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "megacpp/autograd/function.hpp"
+#include "megacpp/autograd/precision.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
 
 namespace megacpp {
+
+namespace detail {
+
+// grouped_matmul under MatmulPrecision::bf16: the same grouped products on bf16 copies of x, w
+// and dy (fp32 sums, results and gradients).
+template <Backend B>
+Var<float, B> grouped_matmul_bf16(const Var<float, B>& x, const Var<float, B>& w,
+                                  std::shared_ptr<const std::vector<index_t>> layout, const kernels::GroupedGemmParams& p) {
+  const Tensor<bf16, B> x16 = x.value_as_bf16(), w16 = w.value_as_bf16();
+  Tensor<float, B> y(Shape{x.shape()[0], p.n});
+  kernels::GroupedGemm<B>::template forward<float, bf16>(p, {x16.data(), w16.data(), y.data()});
+  return make_result("grouped_matmul_bf16", std::move(y), [x, w, x16, w16, layout, p](const Tensor<float, B>& g) mutable {
+    const Tensor<bf16, B> g16 = g.template to<bf16>();
+    kernels::GroupedGemm<B>::template backward<float, bf16>(
+        p, {x16.data(), w16.data(), nullptr},
+        {g16.data(), x.requires_grad() ? x.grad_buffer().data() : nullptr,
+         w.requires_grad() ? w.grad_buffer().data() : nullptr});
+  }, x, w);
+}
+
+}  // namespace detail
 
 /// x (M, K) with rows sorted by group, w (E, N, K) stacked per group, `offsets` (E + 1 entries,
 /// host) the group layout -> (M, N). Groups may be empty; M = offsets[E].
@@ -30,6 +58,9 @@ Var<T, B> grouped_matmul(const Var<T, B>& x, const Var<T, B>& w, std::vector<ind
   const kernels::GroupedGemmParams p{groups, k, n, layout->data()};
   p.validate(op);
   check(p.rows() == x.shape()[0], op, "the group layout covers ", p.rows(), " rows but x has ", x.shape()[0]);
+  if constexpr (std::is_same_v<T, float>) {
+    if (matmul_precision() == MatmulPrecision::bf16) return detail::grouped_matmul_bf16<B>(x, w, std::move(layout), p);
+  }
   Tensor<T, B> y(Shape{x.shape()[0], n});
   kernels::GroupedGemm<B>::template forward<T>(p, {x.value().data(), w.value().data(), y.data()});
   return make_result(op, std::move(y), [x, w, layout, p](const Tensor<T, B>& g) mutable {

@@ -19,9 +19,18 @@
 /// GEMM: a token's output does not depend on the other rows of its group (the document-masking
 /// invariant, docs/recipe.md). `offsets` is host memory on every backend: the router decides the
 /// groups on the host.
+///
+/// Operand precision: the operands (X, W, dY) are of type Operand, the results (Y, dX, dW) of
+/// type T. Operand = T sums in T. Operand = bf16 with T = float is the mixed-precision product of
+/// autograd/precision.hpp (Micikevicius et al. 2018, arXiv 1710.03740): bf16 operands, every sum
+/// and every result fp32, each group's product with the arithmetic of the backend's
+/// `gemm_bf16`, as the MoE experts run under Bf16Mixed.
 #pragma once
 
+#include <type_traits>
+
 #include "megacpp/core/config.hpp"
+#include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/error.hpp"
 #include "megacpp/core/kernels/kernel.hpp"
 
@@ -48,20 +57,26 @@ struct GroupedGemmParams {
   }
 };
 
+/// Whether a backend's grouped product takes Operand operands with T results: the same type, or
+/// bf16 operands with fp32 sums and results (see the file comment).
+template <class T, class Operand>
+inline constexpr bool grouped_gemm_operands =
+    std::is_same_v<T, Operand> || (std::is_same_v<T, float> && std::is_same_v<Operand, bf16>);
+
 /// Data of a forward call (backend memory).
-template <class T>
+template <class T, class Operand = T>
 struct GroupedGemmArgs {
-  const T* x = nullptr;  ///< (M, K), rows sorted by group
-  const T* w = nullptr;  ///< (E, N, K)
-  T* y = nullptr;        ///< forward: written; (M, N)
+  const Operand* x = nullptr;  ///< (M, K), rows sorted by group
+  const Operand* w = nullptr;  ///< (E, N, K)
+  T* y = nullptr;              ///< forward: written; (M, N)
 };
 
 /// Gradients of a backward call: from dy, added into dx and dw (either may be null).
-template <class T>
+template <class T, class Operand = T>
 struct GroupedGemmGrads {
-  const T* dy = nullptr;  ///< dL/dY (M, N)
-  T* dx = nullptr;        ///< += dL/dX (M, K)
-  T* dw = nullptr;        ///< += dL/dW (E, N, K)
+  const Operand* dy = nullptr;  ///< dL/dY (M, N), rounded to Operand once by the caller
+  T* dx = nullptr;              ///< += dL/dX (M, K)
+  T* dw = nullptr;              ///< += dL/dW (E, N, K)
 };
 
 /// The grouped expert GEMM of backend B (contract: this file); CPU:
@@ -70,13 +85,14 @@ template <class B>
 struct GroupedGemm {
   static constexpr bool available = false;  ///< B has no grouped GEMM
   /// y_g = x_g w_g^T for every group.
-  template <class T>
-  static void forward(const GroupedGemmParams&, const GroupedGemmArgs<T>&) {
+  template <class T, class Operand = T>
+  static void forward(const GroupedGemmParams&, const GroupedGemmArgs<T, Operand>&) {
     require<GroupedGemm>();
   }
   /// dx_g += dy_g w_g, dw_g += dy_g^T x_g (`args.y` unused).
-  template <class T>
-  static void backward(const GroupedGemmParams&, const GroupedGemmArgs<T>&, const GroupedGemmGrads<T>&) {
+  template <class T, class Operand = T>
+  static void backward(const GroupedGemmParams&, const GroupedGemmArgs<T, Operand>&,
+                       const GroupedGemmGrads<T, Operand>&) {
     require<GroupedGemm>();
   }
 };

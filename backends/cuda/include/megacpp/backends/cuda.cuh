@@ -144,32 +144,44 @@ struct SoftcapCrossEntropy<Cuda> {
 
 /// The MoE experts' grouped product as one cuBLAS GEMM per non-empty group, issued in order on
 /// the backend's stream (the groups' sizes are host data); run against the CPU on an H100
-/// (tests/cuda). A grouped kernel in one launch (CUTLASS grouped GEMM, DeepGEMM's contiguous
-/// layout) is left to do.
+/// (tests/cuda). bf16 operands (Operand = bf16, T = float) go through cuda::gemm_bf16, the dense
+/// products' cublasGemmStridedBatchedEx on the tensor cores with fp32 sums. A grouped kernel in
+/// one launch (CUTLASS grouped GEMM, DeepGEMM's contiguous layout, cublasGemmGroupedBatchedEx) is
+/// left to do.
 template <>
 struct GroupedGemm<Cuda> {
   static constexpr bool available = true;
-  template <class T>
-  static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a) {
+  template <class T, class Operand = T>
+  static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a) {
     for (index_t g = 0; g < p.groups; ++g) {
       const index_t row0 = p.offsets[g], rows = p.offsets[g + 1] - row0;
       if (rows == 0) continue;
-      cuda::gemm<T>(GemmArgs::dense(false, true, rows, p.n, p.k), T(1), a.x + row0 * p.k, a.w + g * p.n * p.k, T(0),
-                    a.y + row0 * p.n);
+      product<T, Operand>(GemmArgs::dense(false, true, rows, p.n, p.k), a.x + row0 * p.k, a.w + g * p.n * p.k, T(0),
+                          a.y + row0 * p.n);
     }
   }
-  template <class T>
-  static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a, const GroupedGemmGrads<T>& d) {
+  template <class T, class Operand = T>
+  static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a,
+                       const GroupedGemmGrads<T, Operand>& d) {
     for (index_t g = 0; g < p.groups; ++g) {
       const index_t row0 = p.offsets[g], rows = p.offsets[g + 1] - row0;
       if (rows == 0) continue;
       if (d.dx)
-        cuda::gemm<T>(GemmArgs::dense(false, false, rows, p.k, p.n), T(1), d.dy + row0 * p.n, a.w + g * p.n * p.k, T(1),
-                      d.dx + row0 * p.k);
+        product<T, Operand>(GemmArgs::dense(false, false, rows, p.k, p.n), d.dy + row0 * p.n, a.w + g * p.n * p.k, T(1),
+                            d.dx + row0 * p.k);
       if (d.dw)
-        cuda::gemm<T>(GemmArgs::dense(true, false, p.n, p.k, rows), T(1), d.dy + row0 * p.n, a.x + row0 * p.k, T(1),
-                      d.dw + g * p.n * p.k);
+        product<T, Operand>(GemmArgs::dense(true, false, p.n, p.k, rows), d.dy + row0 * p.n, a.x + row0 * p.k, T(1),
+                            d.dw + g * p.n * p.k);
     }
+  }
+
+ private:
+  // C = op(A) op(B) + beta C in T, or on bf16 operands with fp32 sums.
+  template <class T, class Operand>
+  static void product(const GemmArgs& g, const Operand* a, const Operand* b, T beta, T* c) {
+    static_assert(grouped_gemm_operands<T, Operand>, "megacpp_grouped_gemm_operands_are_T_or_bf16_into_float");
+    if constexpr (std::is_same_v<T, Operand>) cuda::gemm<T>(g, T(1), a, b, beta, c);
+    else cuda::gemm_bf16(g, 1.0f, a, b, beta, c);
   }
 };
 

@@ -138,16 +138,17 @@ struct SoftcapCrossEntropy<Cpu> {
 template <>
 struct GroupedGemm<Cpu> {
   static constexpr bool available = true;  ///< implemented
-  /// y_g = x_g w_g^T for every group.
-  template <class T>
-  static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a) {
-    cpu::grouped::forward<T>(p, a.x, a.w, a.y);
+  /// y_g = x_g w_g^T for every group (Operand bf16: fp32 sums, through cpu::gemm_bf16).
+  template <class T, class Operand = T>
+  static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a) {
+    cpu::grouped::forward<T, Operand>(p, a.x, a.w, a.y);
   }
   /// dx_g += dy_g w_g, dw_g += dy_g^T x_g (either may be null).
-  template <class T>
-  static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T>& a, const GroupedGemmGrads<T>& g) {
-    if (g.dx) cpu::grouped::backward_input<T>(p, g.dy, a.w, g.dx);
-    if (g.dw) cpu::grouped::backward_weight<T>(p, g.dy, a.x, g.dw);
+  template <class T, class Operand = T>
+  static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a,
+                       const GroupedGemmGrads<T, Operand>& g) {
+    if (g.dx) cpu::grouped::backward_input<T, Operand>(p, g.dy, a.w, g.dx);
+    if (g.dw) cpu::grouped::backward_weight<T, Operand>(p, g.dy, a.x, g.dw);
   }
 };
 

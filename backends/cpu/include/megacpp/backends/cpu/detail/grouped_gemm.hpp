@@ -13,6 +13,11 @@
 // it (a row of C depends only on its row of op(A) and on op(B); depth blocks are fixed), so the
 // result is bitwise independent of the piece plan and of the thread count, and a token's output
 // row depends on its own row and W_g only.
+//
+// With bf16 operands (fp32 sums and results, the contract's mixed precision) each piece is the
+// same product through cpu::gemm_bf16 on the process's path (gemm_bf16.hpp): the VDPBF16PS
+// kernel, or the fp32 kernel on the operands converted exactly to fp32. Either way a piece's
+// elements are those of Cpu::gemm_bf16 on the whole group (tests/moe/test_moe.cpp).
 #pragma once
 #include "megacpp/backends/cpu/detail/guard.hpp"
 
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "megacpp/backends/cpu/detail/gemm.hpp"
+#include "megacpp/backends/cpu/detail/gemm_bf16.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
 
 namespace megacpp::cpu::grouped {
@@ -74,23 +80,32 @@ void run_pieces(const std::vector<Piece>& pieces, Body&& body) {
 
 inline int max_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
+// One piece's product C = op(A) op(B) + beta C: the packed kernel in T, or with bf16 operands
+// the bf16 GEMM's (fp32 sums), single-threaded inside run_pieces' parallel loop either way.
+template <class T, class Operand>
+void piece_product(const GemmArgs& g, const Operand* a, const Operand* b, T beta, T* c) {
+  static_assert(kernels::grouped_gemm_operands<T, Operand>, "megacpp_grouped_gemm_operands_are_T_or_bf16_into_float");
+  if constexpr (std::is_same_v<T, Operand>) packed_gemm::gemm<T>(g, T(1), a, b, beta, c);
+  else gemm_bf16(g, 1.0f, a, b, beta, c, bf16_gemm_path());
+}
+
 // y (M, N) = x_g (rows, K) w_g^T per group; pieces are column slices of y.
-template <class T>
-void forward(const kernels::GroupedGemmParams& p, const T* x, const T* w, T* y) {
+template <class T, class Operand = T>
+void forward(const kernels::GroupedGemmParams& p, const Operand* x, const Operand* w, T* y) {
   using Tile = packed_gemm::Tiling<T>;
   const index_t K = p.k, N = p.n;
   run_pieces(plan_pieces(p, N, Tile::NR, K, max_threads()), [&](const Piece& piece) {
     const index_t row0 = p.offsets[piece.group], rows = p.offsets[piece.group + 1] - row0;
     GemmArgs g = GemmArgs::dense(false, true, rows, piece.end - piece.begin, K);
     g.ldc = N;
-    const T* w_slice = w + (piece.group * N + piece.begin) * K;  // rows [begin, end) of W_g
-    packed_gemm::gemm<T>(g, T(1), x + row0 * K, w_slice, T(0), y + row0 * N + piece.begin);
+    const Operand* w_slice = w + (piece.group * N + piece.begin) * K;  // rows [begin, end) of W_g
+    piece_product<T, Operand>(g, x + row0 * K, w_slice, T(0), y + row0 * N + piece.begin);
   });
 }
 
 // dx (M, K) += dy_g (rows, N) w_g (N, K); pieces are column slices of dx.
-template <class T>
-void backward_input(const kernels::GroupedGemmParams& p, const T* dy, const T* w, T* dx) {
+template <class T, class Operand = T>
+void backward_input(const kernels::GroupedGemmParams& p, const Operand* dy, const Operand* w, T* dx) {
   using Tile = packed_gemm::Tiling<T>;
   const index_t K = p.k, N = p.n;
   run_pieces(plan_pieces(p, K, Tile::NR, N, max_threads()), [&](const Piece& piece) {
@@ -98,22 +113,22 @@ void backward_input(const kernels::GroupedGemmParams& p, const T* dy, const T* w
     GemmArgs g = GemmArgs::dense(false, false, rows, piece.end - piece.begin, N);
     g.ldb = K;
     g.ldc = K;
-    packed_gemm::gemm<T>(g, T(1), dy + row0 * N, w + piece.group * N * K + piece.begin, T(1), dx + row0 * K + piece.begin);
+    piece_product<T, Operand>(g, dy + row0 * N, w + piece.group * N * K + piece.begin, T(1), dx + row0 * K + piece.begin);
   });
 }
 
 // dw_g (N, K) += dy_g^T (N, rows) x_g (rows, K); pieces are row slices of dw_g. A group without
 // rows adds nothing.
-template <class T>
-void backward_weight(const kernels::GroupedGemmParams& p, const T* dy, const T* x, T* dw) {
+template <class T, class Operand = T>
+void backward_weight(const kernels::GroupedGemmParams& p, const Operand* dy, const Operand* x, T* dw) {
   using Tile = packed_gemm::Tiling<T>;
   const index_t K = p.k, N = p.n;
   run_pieces(plan_pieces(p, N, Tile::MR, K, max_threads()), [&](const Piece& piece) {
     const index_t row0 = p.offsets[piece.group], rows = p.offsets[piece.group + 1] - row0;
     GemmArgs g = GemmArgs::dense(true, false, piece.end - piece.begin, K, rows);
     g.lda = N;  // dy_g stored (rows, N); op(A) = dy_g^T, its rows [begin, end) start at column begin
-    packed_gemm::gemm<T>(g, T(1), dy + row0 * N + piece.begin, x + row0 * K, T(1),
-                         dw + (piece.group * N + piece.begin) * K);
+    piece_product<T, Operand>(g, dy + row0 * N + piece.begin, x + row0 * K, T(1),
+                              dw + (piece.group * N + piece.begin) * K);
   });
 }
 
