@@ -1,0 +1,98 @@
+// bench/moe/moe_cuda.cu: the MoE feed-forward on one GPU (the CUDA backend: GroupedGemm<Cuda>,
+// one cuBLAS GEMM per non-empty group; cuBLAS for the router; GatedCombine<Cuda>).
+//
+// Shape: 16384 tokens, d_model 512, 8 experts of 1024 (top-2, SoftmaxTopK), so the first grouped
+// product is M 32768 rows in uneven groups (5:1:3:0:2:6:1:2, one empty), K 512, N 1024. Median of
+// 10 after two warm-ups (CUDA events) of:
+//   1. the grouped product forward + backward (3 products per group), fp32 and bf16 operands
+//      (MatmulPrecision::bf16: the MoE experts' products under Bf16Mixed), in TFLOP/s;
+//   2. one dense product of the same FLOPs in bf16 (matmul), the grouped product's ceiling: the
+//      gap is what a grouped GEMM in one launch could win back;
+//   3. the MoE layer's forward + backward in fp32 and under bf16 products, in tokens/s.
+// Prints "no CUDA device: bench skipped" without a GPU; ends with one JSON line.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda_bench.cuh"
+#include "moe/uneven_groups.hpp"
+#include "megacpp/autograd.hpp"
+#include "megacpp/nn/moe.hpp"
+
+namespace {
+
+using namespace megacpp;
+using V = Var<float, Cuda>;
+
+constexpr index_t kTokens = 16384, kModel = 512, kExperts = 8, kTopK = 2, kExpertHidden = 1024;
+
+}  // namespace
+
+int main() {
+  if (!bench::cuda_bench_start("moe_cuda", "MoE<float, Cuda>: 16384 tokens, d_model 512, 8 experts of 1024, top-2 "
+                                           "(SoftmaxTopK); grouped product M 32768 x K 512 x N 1024, fp32 and bf16"))
+    return 0;
+  Rng rng(1);
+  const index_t M = kTokens * kTopK, K = kModel, N = kExpertHidden;
+  const std::vector<index_t> offsets = bench::uneven_offsets(M);
+  V x = V::parameter(randn<float, Cuda>({M, K}, rng));
+  V w = V::parameter(randn<float, Cuda>({kExperts, N, K}, rng, 0.05));
+  V w_dense = V::parameter(randn<float, Cuda>({N, K}, rng, 0.05));
+  const auto gy = randn<float, Cuda>({M, N}, rng);
+
+  MoEConfig mc{.d_model = kModel, .experts = kExperts, .top_k = kTopK, .expert_hidden = kExpertHidden};
+  MoE<float, Cuda> moe(mc, rng);
+  for (auto& e : moe.experts) e.proj.weight.var.mutable_value().assign(randn<float, Cuda>(e.proj.weight.shape(), rng, 0.05));
+  V tokens = V::parameter(randn<float, Cuda>({kTokens, kModel}, rng));
+  const auto gt = randn<float, Cuda>({kTokens, kModel}, rng);
+
+  auto grouped = [&](MatmulPrecision precision) {
+    return bench::median_ms([&] {
+      x.zero_grad();
+      w.zero_grad();
+      const MatmulPrecisionScope scope(precision);
+      V y = grouped_matmul(x, w, offsets);
+      backward(y, gy);
+    });
+  };
+  auto layer = [&](MatmulPrecision precision) {
+    return bench::median_ms([&] {
+      tokens.zero_grad();
+      moe.for_each_param([](const std::string&, Param<float, Cuda>& p) { p.var.zero_grad(); });
+      const MatmulPrecisionScope scope(precision);
+      AuxLosses<float, Cuda> aux;
+      V y = moe.forward(tokens, aux);
+      backward(y, gt);
+    });
+  };
+  const double grouped_fp32 = grouped(MatmulPrecision::fp32), grouped_bf16 = grouped(MatmulPrecision::bf16);
+  const double dense_bf16 = bench::median_ms([&] {
+    x.zero_grad();
+    w_dense.zero_grad();
+    const MatmulPrecisionScope scope(MatmulPrecision::bf16);
+    V y = matmul(x, w_dense, false, true);
+    backward(y, gy);
+  });
+  const double layer_fp32 = layer(MatmulPrecision::fp32), layer_bf16 = layer(MatmulPrecision::bf16);
+
+  const double flops = 3 * 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  const auto tflops = [&](double ms) { return flops / (ms * 1e-3) * 1e-12; };
+  const auto per_s = [&](double ms) { return static_cast<double>(kTokens) / (ms * 1e-3); };
+  std::printf("\n  %-30s %10s %14s\n", "case", "median ms", "TFLOP/s|tok/s");
+  std::printf("  %-30s %10.3f %14.1f\n", "grouped f+b fp32", grouped_fp32, tflops(grouped_fp32));
+  std::printf("  %-30s %10.3f %14.1f\n", "grouped f+b bf16", grouped_bf16, tflops(grouped_bf16));
+  std::printf("  %-30s %10.3f %14.1f\n", "dense f+b bf16 (same FLOPs)", dense_bf16, tflops(dense_bf16));
+  std::printf("  %-30s %10.3f %14.0f\n", "MoE layer f+b fp32", layer_fp32, per_s(layer_fp32));
+  std::printf("  %-30s %10.3f %14.0f\n", "MoE layer f+b bf16", layer_bf16, per_s(layer_bf16));
+  std::printf("  grouped / dense (bf16): %.3f\n", dense_bf16 / grouped_bf16);
+  bench::JsonLine json("moe_cuda");
+  json.add("device", std::string_view("cuda"))
+      .add("cuda_grouped_fp32_tflops", tflops(grouped_fp32), 2)
+      .add("cuda_grouped_bf16_tflops", tflops(grouped_bf16), 2)
+      .add("cuda_dense_bf16_tflops", tflops(dense_bf16), 2)
+      .add("cuda_grouped_vs_dense_bf16", dense_bf16 / grouped_bf16, 3)
+      .add("cuda_moe_fwd_bwd_tokens_per_s_fp32", per_s(layer_fp32), 0)
+      .add("cuda_moe_fwd_bwd_tokens_per_s_bf16", per_s(layer_bf16), 0);
+  json.print();
+  return 0;
+}
