@@ -50,9 +50,8 @@ void backward(const kernels::M2RNNScanParams& p, const std::int32_t* doc_ids, co
   const m2rnn::ScanScratch s = m2rnn::ScanScratch::backward(p);
   const index_t items = p.batch * p.heads, VV = p.v_dim * p.v_dim;
   const unsigned blocks = cuda::grid_per_item(items);
-  const index_t chunk_tokens = p.checkpoint_every < p.seq ? p.checkpoint_every : p.seq;
   std::vector<T> scratch = global_scratch<T>(s, blocks);
-  std::vector<T> chunk_states = uninitialized<T>(static_cast<std::size_t>(blocks * chunk_tokens * p.k_dim * p.v_dim));
+  std::vector<T> chunk_states = uninitialized<T>(static_cast<std::size_t>(blocks * s.chunk_states));
   std::vector<T> dW_items = uninitialized<T>(grads.W ? static_cast<std::size_t>(items * VV) : 0);
   const LaunchConfig config{dim3(blocks), dim3(m2rnn::kScanThreads), s.in_shared<T>() ? s.bytes<T>() : 0};
   launch(m2rnn::scan_backward_kernel<T>, config, p, s, doc_ids, in, dy, checkpoints, grads,

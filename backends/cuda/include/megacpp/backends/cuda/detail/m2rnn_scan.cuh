@@ -38,6 +38,9 @@ struct ScanScratch {
   index_t zero_row = 0;                        // V zeros: row i of H_{t-1} at a document start
   index_t row_df = 0;                          // backward: each row's part of df (K)
   index_t size = 0;                            // elements in all
+  // Not in the scratch above: the states the backward recomputes for one chunk, a global slice
+  // per block of min(checkpoint_every, seq) K V elements.
+  index_t chunk_states = 0;
 
   static ScanScratch forward(const kernels::M2RNNScanParams& p) {
     const index_t KV = p.k_dim * p.v_dim;
@@ -59,6 +62,7 @@ struct ScanScratch {
     s.zero_row = s.W + p.v_dim * p.v_dim;
     s.row_df = s.zero_row + p.v_dim;
     s.size = s.row_df + p.k_dim;
+    s.chunk_states = (p.checkpoint_every < p.seq ? p.checkpoint_every : p.seq) * KV;
     return s;
   }
   template <class T>
@@ -149,7 +153,7 @@ __device__ void recompute_chunk(const kernels::M2RNNScanParams& p, const std::in
 }
 
 // Adds dq, dk, dv, df where not null; dW_items (batch * heads, V, V), when not null, receives each
-// (row, head)'s dW. chunk_states: min(checkpoint_every, seq) K V per block.
+// (row, head)'s dW. chunk_states: ScanScratch::chunk_states elements per block.
 template <class T>
 __global__ void __launch_bounds__(kScanThreads)
     scan_backward_kernel(kernels::M2RNNScanParams p, ScanScratch s, const std::int32_t* doc_ids,
@@ -157,8 +161,7 @@ __global__ void __launch_bounds__(kScanThreads)
                          kernels::M2RNNScanGradients<T> grads, T* dW_items, T* all_chunk_states, T* global_scratch) {
   T* scratch = block_scratch<T>(s, global_scratch);
   const index_t H = p.heads, K = p.k_dim, V = p.v_dim, KV = K * V, C = p.checkpoint_every;
-  const index_t chunk_tokens = C < p.seq ? C : p.seq;
-  T* chunk_states = all_chunk_states + static_cast<index_t>(blockIdx.x) * chunk_tokens * KV;
+  T* chunk_states = all_chunk_states + static_cast<index_t>(blockIdx.x) * s.chunk_states;
   const T clip = static_cast<T>(p.gradient_clipping);
   T* W = scratch + s.W;
   T* zero_row = scratch + s.zero_row;

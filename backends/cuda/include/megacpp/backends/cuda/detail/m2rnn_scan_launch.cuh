@@ -51,9 +51,8 @@ void scan_backward(const kernels::M2RNNScanParams& p, const DocumentLayout<B>& d
   const ScanScratch s = ScanScratch::backward(p);
   const index_t items = p.batch * p.heads, VV = p.v_dim * p.v_dim;
   const unsigned blocks = grid_per_item(items);
-  const index_t chunk_tokens = p.checkpoint_every < p.seq ? p.checkpoint_every : p.seq;
   const DeviceBuffer<T> scratch(global_scratch_elements<T>(s, blocks));
-  const DeviceBuffer<T> chunk_states(static_cast<std::size_t>(blocks) * static_cast<std::size_t>(chunk_tokens * p.k_dim * p.v_dim));
+  const DeviceBuffer<T> chunk_states(static_cast<std::size_t>(blocks) * static_cast<std::size_t>(s.chunk_states));
   const DeviceBuffer<T> dW_items(grads.W ? static_cast<std::size_t>(items * VV) : 0);
   scan_backward_kernel<T><<<blocks, kScanThreads, shared_bytes<T>(s), kStream>>>(
       p, s, docs.doc_ids.data(), in, dy, checkpoints, grads, grads.W ? dW_items.get() : nullptr, chunk_states.get(),
