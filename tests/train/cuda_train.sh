@@ -15,6 +15,10 @@
 #    continues a prompt.
 # 5. megacpp-generate --device cuda continues it with the CPU's greedy tokens (and --verify).
 # 6. The MTP, MoE and NAM56R-layout models train 2 fp32 steps on the GPU with the CPU's losses.
+# 7. The MoE model trains 2 bf16 steps on the GPU (its experts' grouped products on bf16 operands,
+#    GroupedGemm through cuBLAS GemmEx) with the CPU's bf16 losses to 1e-2 relative: both round
+#    the same operands to bf16, but their fp32 sums run in different orders, and an activation
+#    whose sum moves by an ulp can round to a neighbouring bf16 (2^-8 relative) downstream.
 set -uo pipefail
 exe="$1" generate="$2" out="$3"
 rm -rf "$out"
@@ -87,4 +91,12 @@ for model in tiny_mtp tiny_moe nam56r_tiny; do
   python3 "$(dirname "$0")/same_losses.py" "$model" "$out/$model-cuda/metrics.jsonl" "$out/$model-cpu/metrics.jsonl" ||
     fail "$model: the GPU's losses are not the CPU's"
 done
+for device in cuda cpu; do
+  "$exe" --model tiny_moe --device "$device" --precision bf16 --steps 2 --warmup_steps 1 --eval_every 2 \
+    --val_tokens 1024 --sample_tokens 0 --seq_len 64 --micro_batch 4 --total_batch_size 256 \
+    --out "$out/tiny_moe_bf16-$device" >"$out/tiny_moe_bf16-$device.log" 2>&1 ||
+    { cat "$out/tiny_moe_bf16-$device.log"; fail "tiny_moe in bf16 on $device"; }
+done
+python3 "$(dirname "$0")/same_losses.py" tiny_moe_bf16 "$out/tiny_moe_bf16-cuda/metrics.jsonl" \
+  "$out/tiny_moe_bf16-cpu/metrics.jsonl" 1e-2 || fail "tiny_moe in bf16: the GPU's losses are not near the CPU's"
 echo "cuda_train: all checks passed"

@@ -1,4 +1,5 @@
-"""same_losses.py NAME GPU_METRICS CPU_METRICS: the two runs' losses agree to 1e-4 relative.
+"""same_losses.py NAME GPU_METRICS CPU_METRICS [RELATIVE]: the two runs' losses agree to RELATIVE
+(default 1e-4).
 
 Compares every training loss and every validation loss of two megacpp-train metrics.jsonl files
 (cuda_train.sh: the same run on the GPU and the CPU), step by step, and needs at least one
@@ -9,6 +10,7 @@ import json
 import sys
 
 name, gpu_path, cpu_path = sys.argv[1:4]
+relative = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-4
 
 
 def losses(path):
@@ -21,5 +23,5 @@ print(f"{name}: GPU {gpu}\n{name}: CPU {cpu}")
 assert [(s, k) for s, k, _ in gpu] == [(s, k) for s, k, _ in cpu], "the runs logged different losses"
 assert any(k == "val_loss" for _, k, _ in gpu) and any(k == "loss" and s > 1 for s, k, _ in gpu), "too few losses"
 for (step, key, g), (_, _, c) in zip(gpu, cpu):
-    assert abs(g - c) <= 1e-4 * abs(c), f"step {step} {key}: GPU {g!r}, CPU {c!r}"
-print(f"{name}: {len(gpu)} losses agree to 1e-4")
+    assert abs(g - c) <= relative * abs(c), f"step {step} {key}: GPU {g!r}, CPU {c!r} (relative {relative})"
+print(f"{name}: {len(gpu)} losses agree to {relative}")
