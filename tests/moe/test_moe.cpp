@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -110,6 +111,47 @@ TEST_CASE("grouped_matmul under bf16 products: each group is Cpu::gemm_bf16 on b
   double worst = 0;
   for (std::size_t i = 0; i < y32.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(y32[i] - one.y[i])));
   CHECK(worst > 1e-3);
+}
+
+TEST_CASE("relu2_grouped_matmul_bf16 equals relu2 then grouped_matmul under bf16 bitwise, holding the hidden "
+          "activation in bf16 only", "[moe][grouped_gemm][precision]") {
+  Rng rng(5);
+  const index_t hidden = 70, out = 45, E = 8, M = kOffsets.back();
+  const auto u = Var<float, Cpu>::parameter(randn<float, Cpu>({M, hidden}, rng));
+  const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({E, out, hidden}, rng));
+  const Var<float, Cpu> g(randn<float, Cpu>({M, out}, rng));
+  const auto run = [&](bool fused) {
+    auto uu = u, ww = w;
+    uu.zero_grad();
+    ww.zero_grad();
+    Var<float, Cpu> y;
+    {
+      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+      y = fused ? relu2_grouped_matmul_bf16(u, w, kOffsets) : grouped_matmul(relu2(u), w, kOffsets);
+    }
+    backward(sum(mul(y, g)));
+    return std::array<std::vector<float>, 3>{y.value().to_host(), u.grad().to_host(), w.grad().to_host()};
+  };
+  const auto separate = run(false), fused = run(true);
+  for (int i = 0; i < 3; ++i) {
+    INFO("output " << i << " (y, du, dW)");
+    REQUIRE(separate[i].size() == fused[i].size());
+    CHECK(std::memcmp(separate[i].data(), fused[i].data(), fused[i].size() * sizeof(float)) == 0);
+  }
+  CHECK_THROWS_WITH(relu2_grouped_matmul_bf16(u, w, {0, 3, M}), Contains("relu2_grouped_matmul_bf16") &&
+                                                                    Contains("needs 9 offsets"));
+
+  // between forward and backward the fused op holds the hidden activation as bf16 (2 bytes an
+  // element) where the two ops held its fp32 value and its bf16 copy (6 bytes)
+  const auto held_after_forward = [&](bool fused) {
+    const std::size_t before = Cpu::memory_stats().current_bytes;
+    const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+    const Var<float, Cpu> y = fused ? relu2_grouped_matmul_bf16(u, w, kOffsets) : grouped_matmul(relu2(u), w, kOffsets);
+    return Cpu::memory_stats().current_bytes - before;
+  };
+  const std::size_t two_ops = held_after_forward(false), one_op = held_after_forward(true);
+  INFO("bytes held after forward: two ops " << two_ops << ", fused " << one_op);
+  CHECK(two_ops - one_op >= static_cast<std::size_t>(M * hidden) * sizeof(float));
 }
 
 TEST_CASE("grouped_matmul: gradcheck in double with empty and uneven groups", "[moe][grouped_gemm][gradcheck]") {

@@ -24,11 +24,31 @@ namespace megacpp {
 
 namespace detail {
 
+// The group layout of x (M, K) against w (E, N, K): checked (op names the caller), kept alive by
+// the shared pointer the backward captures; params.offsets points into it.
+struct GroupedLayout {
+  std::shared_ptr<const std::vector<index_t>> offsets;
+  kernels::GroupedGemmParams params;
+};
+inline GroupedLayout grouped_layout(const char* op, const Shape& x, const Shape& w, std::vector<index_t> offsets) {
+  check(x.rank() == 2 && w.rank() == 3, op, "x must be (rows, K) and w (groups, N, K), got ", x, " and ", w);
+  const index_t groups = w[0], n = w[1], k = w[2];
+  check(x[1] == k, op, "x ", x, " has ", x[1], " features, w ", w, " expects ", k);
+  check(static_cast<index_t>(offsets.size()) == groups + 1, op, "the group layout needs ", groups + 1,
+        " offsets (groups + 1), got ", offsets.size());
+  GroupedLayout l{std::make_shared<const std::vector<index_t>>(std::move(offsets)), {}};
+  l.params = kernels::GroupedGemmParams{groups, k, n, l.offsets->data()};
+  l.params.validate(op);
+  check(l.params.rows() == x[0], op, "the group layout covers ", l.params.rows(), " rows but x has ", x[0]);
+  return l;
+}
+
 // grouped_matmul under MatmulPrecision::bf16: the same grouped products on bf16 copies of x, w
 // and dy (fp32 sums, results and gradients).
 template <Backend B>
-Var<float, B> grouped_matmul_bf16(const Var<float, B>& x, const Var<float, B>& w,
-                                  std::shared_ptr<const std::vector<index_t>> layout, const kernels::GroupedGemmParams& p) {
+Var<float, B> grouped_matmul_bf16(const Var<float, B>& x, const Var<float, B>& w, GroupedLayout l) {
+  const kernels::GroupedGemmParams p = l.params;
+  const std::shared_ptr<const std::vector<index_t>> layout = std::move(l.offsets);  // p.offsets' storage
   const Tensor<bf16, B> x16 = x.value_as_bf16(), w16 = w.value_as_bf16();
   Tensor<float, B> y(Shape{x.shape()[0], p.n});
   kernels::GroupedGemm<B>::template forward<float, bf16>(p, {x16.data(), w16.data(), y.data()});
@@ -47,23 +67,15 @@ Var<float, B> grouped_matmul_bf16(const Var<float, B>& x, const Var<float, B>& w
 /// host) the group layout -> (M, N). Groups may be empty; M = offsets[E].
 template <class T, Backend B>
 Var<T, B> grouped_matmul(const Var<T, B>& x, const Var<T, B>& w, std::vector<index_t> offsets) {
-  const char* op = "grouped_matmul";
-  check(x.rank() == 2 && w.rank() == 3, op, "x must be (rows, K) and w (groups, N, K), got ", x.shape(), " and ",
-        w.shape());
-  const index_t groups = w.shape()[0], n = w.shape()[1], k = w.shape()[2];
-  check(x.shape()[1] == k, op, "x ", x.shape(), " has ", x.shape()[1], " features, w ", w.shape(), " expects ", k);
-  check(static_cast<index_t>(offsets.size()) == groups + 1, op, "the group layout needs ", groups + 1,
-        " offsets (groups + 1), got ", offsets.size());
-  auto layout = std::make_shared<const std::vector<index_t>>(std::move(offsets));
-  const kernels::GroupedGemmParams p{groups, k, n, layout->data()};
-  p.validate(op);
-  check(p.rows() == x.shape()[0], op, "the group layout covers ", p.rows(), " rows but x has ", x.shape()[0]);
+  detail::GroupedLayout l = detail::grouped_layout("grouped_matmul", x.shape(), w.shape(), std::move(offsets));
   if constexpr (std::is_same_v<T, float>) {
-    if (matmul_precision() == MatmulPrecision::bf16) return detail::grouped_matmul_bf16<B>(x, w, std::move(layout), p);
+    if (matmul_precision() == MatmulPrecision::bf16) return detail::grouped_matmul_bf16<B>(x, w, std::move(l));
   }
-  Tensor<T, B> y(Shape{x.shape()[0], n});
+  const kernels::GroupedGemmParams p = l.params;
+  const std::shared_ptr<const std::vector<index_t>> layout = std::move(l.offsets);  // p.offsets' storage
+  Tensor<T, B> y(Shape{x.shape()[0], p.n});
   kernels::GroupedGemm<B>::template forward<T>(p, {x.value().data(), w.value().data(), y.data()});
-  return make_result(op, std::move(y), [x, w, layout, p](const Tensor<T, B>& g) mutable {
+  return make_result("grouped_matmul", std::move(y), [x, w, layout, p](const Tensor<T, B>& g) mutable {
     kernels::GroupedGemm<B>::template backward<T>(
         p, {x.value().data(), w.value().data(), nullptr},
         {g.data(), x.requires_grad() ? x.grad_buffer().data() : nullptr,
