@@ -2,6 +2,7 @@
 // Bf16Mixed model are the fp32 products of bf16-rounded operands in the forward and in the
 // backward, the document-masking invariants hold bitwise in bf16, and 50 training steps of the
 // tiny model end within 2% of the fp32 run's loss.
+#include "support/fused_bf16_testing.hpp"
 #include "support/masking_testing.hpp"
 
 #include <array>
@@ -229,24 +230,11 @@ TEST_CASE("relu2_linear_bf16 equals relu2 then matmul bitwise, and the MLP keeps
   const auto u = Var<float, Cpu>::parameter(randn<float, Cpu>({3, 37, hidden}, rng));
   const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({out, hidden}, rng));
   const Var<float, Cpu> g(randn<float, Cpu>({3, 37, out}, rng));
-  const auto run = [&](bool fused) {
-    auto uu = u, ww = w;
-    uu.zero_grad();
-    ww.zero_grad();
-    Var<float, Cpu> y;
-    {
-      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
-      y = fused ? relu2_linear_bf16(u, w) : matmul(relu2(u), w, false, true);
-    }
-    backward(sum(mul(y, g)));
-    return std::array<std::vector<float>, 3>{y.value().to_host(), u.grad().to_host(), w.grad().to_host()};
-  };
-  const auto separate = run(false), fused = run(true);
-  for (int i = 0; i < 3; ++i) {
-    INFO("output " << i << " (y, du, dW)");
-    REQUIRE(separate[i].size() == fused[i].size());
-    CHECK(std::memcmp(separate[i].data(), fused[i].data(), fused[i].size() * sizeof(float)) == 0);
-  }
+  const auto separate = testing::bf16_output_and_gradients(
+      u, w, g, [](const auto& a, const auto& b) { return matmul(relu2(a), b, false, true); });
+  const auto fused = testing::bf16_output_and_gradients(
+      u, w, g, [](const auto& a, const auto& b) { return relu2_linear_bf16(a, b); });
+  testing::check_same_bits(separate, fused);
   CHECK(rows * out == static_cast<index_t>(fused[0].size()));
   CHECK_THROWS_WITH(relu2_linear_bf16(u, Var<float, Cpu>(Tensor<float, Cpu>::zeros({out, hidden + 1}))),
                     Catch::Contains("relu2_linear_bf16"));
@@ -260,10 +248,7 @@ TEST_CASE("relu2_linear_bf16 equals relu2 then matmul bitwise, and the MLP keeps
   const auto held_after_forward = [&](bool observe) {
     mlp.hidden_observer = observe ? std::function<void(const Tensor<float, Cpu>&)>([](const Tensor<float, Cpu>&) {})
                                   : std::function<void(const Tensor<float, Cpu>&)>();
-    const std::size_t before = Cpu::memory_stats().current_bytes;
-    const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
-    const Var<float, Cpu> y = mlp.forward(x);
-    return Cpu::memory_stats().current_bytes - before;
+    return testing::bf16_bytes_held_after_forward([&] { return mlp.forward(x); });
   };
   const std::size_t two_ops = held_after_forward(true), one_op = held_after_forward(false);
   const std::size_t hidden_fp32 = static_cast<std::size_t>(tokens * 4 * d) * sizeof(float);

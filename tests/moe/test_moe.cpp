@@ -2,12 +2,12 @@
 // counts (in fp32, and on bf16 operands against Cpu::gemm_bf16 per group), gradchecks in double
 // (router and routing weights, the grouped product, the whole layer under both routing policies),
 // deterministic top-k ties, balancing, bad input.
+#include "support/fused_bf16_testing.hpp"
 #include "support/op_testing.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -120,36 +120,18 @@ TEST_CASE("relu2_grouped_matmul_bf16 equals relu2 then grouped_matmul under bf16
   const auto u = Var<float, Cpu>::parameter(randn<float, Cpu>({M, hidden}, rng));
   const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({E, out, hidden}, rng));
   const Var<float, Cpu> g(randn<float, Cpu>({M, out}, rng));
-  const auto run = [&](bool fused) {
-    auto uu = u, ww = w;
-    uu.zero_grad();
-    ww.zero_grad();
-    Var<float, Cpu> y;
-    {
-      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
-      y = fused ? relu2_grouped_matmul_bf16(u, w, kOffsets) : grouped_matmul(relu2(u), w, kOffsets);
-    }
-    backward(sum(mul(y, g)));
-    return std::array<std::vector<float>, 3>{y.value().to_host(), u.grad().to_host(), w.grad().to_host()};
-  };
-  const auto separate = run(false), fused = run(true);
-  for (int i = 0; i < 3; ++i) {
-    INFO("output " << i << " (y, du, dW)");
-    REQUIRE(separate[i].size() == fused[i].size());
-    CHECK(std::memcmp(separate[i].data(), fused[i].data(), fused[i].size() * sizeof(float)) == 0);
-  }
+  const auto separate = testing::bf16_output_and_gradients(
+      u, w, g, [](const auto& a, const auto& b) { return grouped_matmul(relu2(a), b, kOffsets); });
+  const auto fused = testing::bf16_output_and_gradients(
+      u, w, g, [](const auto& a, const auto& b) { return relu2_grouped_matmul_bf16(a, b, kOffsets); });
+  testing::check_same_bits(separate, fused);
   CHECK_THROWS_WITH(relu2_grouped_matmul_bf16(u, w, {0, 3, M}), Contains("relu2_grouped_matmul_bf16") &&
                                                                     Contains("needs 9 offsets"));
 
   // between forward and backward the fused op holds the hidden activation as bf16 (2 bytes an
   // element) where the two ops held its fp32 value and its bf16 copy (6 bytes)
-  const auto held_after_forward = [&](bool fused) {
-    const std::size_t before = Cpu::memory_stats().current_bytes;
-    const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
-    const Var<float, Cpu> y = fused ? relu2_grouped_matmul_bf16(u, w, kOffsets) : grouped_matmul(relu2(u), w, kOffsets);
-    return Cpu::memory_stats().current_bytes - before;
-  };
-  const std::size_t two_ops = held_after_forward(false), one_op = held_after_forward(true);
+  const std::size_t two_ops = testing::bf16_bytes_held_after_forward([&] { return grouped_matmul(relu2(u), w, kOffsets); });
+  const std::size_t one_op = testing::bf16_bytes_held_after_forward([&] { return relu2_grouped_matmul_bf16(u, w, kOffsets); });
   INFO("bytes held after forward: two ops " << two_ops << ", fused " << one_op);
   CHECK(two_ops - one_op >= static_cast<std::size_t>(M * hidden) * sizeof(float));
 }
