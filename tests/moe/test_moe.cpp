@@ -65,29 +65,16 @@ TEST_CASE("grouped_matmul under bf16 products: each group is Cpu::gemm_bf16 on b
   const index_t K = 70, N = 130, E = 8, M = kOffsets.back();  // wider than a tile both ways
   const auto x = randn<float, Cpu>({M, K}, rng), w = randn<float, Cpu>({E, N, K}, rng);
   const auto dy = randn<float, Cpu>({M, N}, rng);
-  struct Result {
-    std::vector<float> y, dx, dw;
-  };
   const int saved = omp_get_max_threads();
-  auto run = [&](int threads) {
+  auto run = [&](int threads) {  // y, dx, dw
     omp_set_num_threads(threads);
-    const auto xv = Var<float, Cpu>::parameter(x), wv = Var<float, Cpu>::parameter(w);
-    Var<float, Cpu> y;
-    {
-      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
-      y = grouped_matmul(xv, wv, kOffsets);
-    }
-    backward(sum(mul(y, Var<float, Cpu>(dy))));  // outside the scope: the op keeps its precision
-    return Result{y.value().to_host(), xv.grad().to_host(), wv.grad().to_host()};
+    return testing::bf16_output_and_gradients(Var<float, Cpu>::parameter(x), Var<float, Cpu>::parameter(w),
+                                              Var<float, Cpu>(dy),
+                                              [](const auto& a, const auto& b) { return grouped_matmul(a, b, kOffsets); });
   };
-  const Result one = run(1), two = run(2);
+  const testing::OutputAndGradients one = run(1), two = run(2);
   omp_set_num_threads(saved);
-  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  CHECK(same_bits(one.y, two.y));
-  CHECK(same_bits(one.dx, two.dx));
-  CHECK(same_bits(one.dw, two.dw));
+  testing::check_same_bits(one, two);
 
   // group by group through the dense bf16 GEMM on bf16 copies of x, w and dy: the same bits
   const auto x16 = x.to<bf16>(), w16 = w.to<bf16>(), dy16 = dy.to<bf16>();
@@ -102,14 +89,12 @@ TEST_CASE("grouped_matmul under bf16 products: each group is Cpu::gemm_bf16 on b
     Cpu::gemm_bf16(GemmArgs::dense(true, false, N, K, rows), 1.0f, dy16.data() + r0 * N, x16.data() + r0 * K, 1.0f,
                    dw.data() + g * N * K);
   }
-  CHECK(same_bits(one.y, y));
-  CHECK(same_bits(one.dx, dx));
-  CHECK(same_bits(one.dw, dw));
+  testing::check_same_bits(one, {y, dx, dw});
 
   // and the fp32 product differs: the scope really rounded the operands
   const std::vector<float> y32 = grouped_forward(x, w);
   double worst = 0;
-  for (std::size_t i = 0; i < y32.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(y32[i] - one.y[i])));
+  for (std::size_t i = 0; i < y32.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(y32[i] - one[0][i])));
   CHECK(worst > 1e-3);
 }
 
