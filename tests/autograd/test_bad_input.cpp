@@ -30,6 +30,24 @@ TEST_CASE("out-of-range gather index names the id and the vocabulary", "[errors]
   CHECK_THROWS_WITH((embedding(random_param({10}, 2), too_big)), Contains("table must be (vocab, dim), got shape (10)"));
 }
 
+TEST_CASE("gated_combine: row_of_slot sizes, ranges and repeats name the entry", "[errors]") {
+  auto ys = random_param({6, 4}, 1), gate = random_param({3, 2}, 2);
+  CHECK_NOTHROW(gated_combine(ys, gate, std::vector<std::int32_t>{5, 4, 3, 2, 1, 0}));
+  CHECK_THROWS_WITH(gated_combine(ys, gate, std::vector<std::int32_t>{0, 1, 2, 3, 4}),
+                    Contains("row_of_slot has 5 entries, expected tokens * k = 6"));
+  CHECK_THROWS_WITH(gated_combine(ys, gate, std::vector<std::int32_t>{0, 1, 2, 2, 4, 5}),
+                    Contains("row_of_slot[3] = 2 is out of range or repeated"));
+  CHECK_THROWS_WITH(gated_combine(ys, gate, std::vector<std::int32_t>{0, 1, 2, 3, 4, 6}),
+                    Contains("row_of_slot[5] = 6 is out of range or repeated"));
+  // In backend memory (as the expert routing writes it): the range is checked.
+  CHECK_THROWS_WITH(gated_combine(ys, gate, CpuTensor<std::int32_t>::from_host({6}, {0, 1, 2, 3, 4, 6})),
+                    Contains("gated_combine: row id 6 >= 6"));
+  CHECK_THROWS_WITH(gated_combine(ys, gate, CpuTensor<std::int32_t>::from_host({6}, {0, -1, 2, 3, 4, 5})),
+                    Contains("gated_combine: row id -1 is negative"));
+  CHECK_THROWS_WITH(gated_combine(random_param({5, 4}, 3), gate, CpuTensor<std::int32_t>::from_host({6}, {0, 1, 2, 3, 4, 5})),
+                    Contains("ys has 5 rows, gate (3, 2) needs tokens * k = 6"));
+}
+
 TEST_CASE("empty tensors where an op needs elements", "[errors]") {
   V64 empty(T64(Shape{0, 4}));
   CHECK_THROWS_WITH(mean(empty), Contains("mean: mean of an empty tensor (shape (0, 4))"));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "megacpp/nn/moe.hpp"
@@ -138,20 +139,31 @@ TEST_CASE("grouped_matmul: a bad group layout is refused with its values", "[moe
   CHECK_THROWS_WITH(grouped_matmul(x, w, {1, 2, 4}), Contains("must start at 0, got 1"));
 }
 
+namespace {
+// Each token's k experts chosen by ExpertRouting<Cpu> from `scores` (tokens, E) on the host.
+std::vector<std::int32_t> chosen(const std::vector<float>& scores, index_t tokens, index_t k,
+                                 const std::vector<double>* bias = nullptr) {
+  const auto E = static_cast<index_t>(scores.size()) / tokens;
+  return DispatchPlan<Cpu>::route(CpuTensor<float>::from_host(Shape{tokens, E}, scores), bias, k).selected_experts();
+}
+}  // namespace
+
 TEST_CASE("top-k ties go to the lower expert index", "[moe][routing]") {
-  const std::vector<float> equal(6, 0.25f);
-  std::vector<std::int32_t> out(3);
-  top_k_experts(equal.data(), nullptr, 6, 3, 0, out.data());
-  CHECK(out == std::vector<std::int32_t>{0, 1, 2});
+  CHECK(chosen(std::vector<float>(6, 0.25f), 1, 3) == std::vector<std::int32_t>{0, 1, 2});
   const std::vector<float> scores{0.1f, 0.7f, 0.3f, 0.7f, 0.3f};
-  std::vector<std::int32_t> two(3);
-  top_k_experts(scores.data(), nullptr, 5, 3, 0, two.data());
-  CHECK(two == std::vector<std::int32_t>{1, 3, 2});  // 0.7 at 1 and 3, then 0.3 at 2 before 4
+  CHECK(chosen(scores, 1, 3) == std::vector<std::int32_t>{1, 3, 2});  // 0.7 at 1 and 3, then 0.3 at 2 before 4
   const std::vector<double> bias{0, 0, 0, 0, 0.5};
-  top_k_experts(scores.data(), bias.data(), 5, 1, 0, two.data());
-  CHECK(two[0] == 4);
-  const std::vector<float> nan{0.f, std::numeric_limits<float>::quiet_NaN()};
-  CHECK_THROWS_WITH(top_k_experts(nan.data(), nullptr, 2, 1, 7, two.data()), Contains("score of token 7 for expert 1"));
+  CHECK(chosen(scores, 1, 1, &bias) == std::vector<std::int32_t>{4});
+  // The first non-finite score in (token, expert) order is named, whatever follows it.
+  std::vector<float> bad(8 * 2, 0.f);
+  bad[7 * 2 + 1] = std::numeric_limits<float>::quiet_NaN();
+  bad[7 * 2 + 0] = 0.5f;
+  CHECK_THROWS_WITH(chosen(bad, 8, 1), Contains("score of token 7 for expert 1"));
+  bad[3 * 2 + 0] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH(chosen(bad, 8, 1), Contains("score of token 3 for expert 0 is inf"));
+  CHECK_THROWS_WITH(chosen(scores, 1, 6), Contains("1 <= k <= experts") && Contains("k 6"));
+  const std::vector<double> short_bias{0, 0};
+  CHECK_THROWS_WITH(chosen(scores, 1, 1, &short_bias), Contains("the choice bias has 2 entries for 5 experts"));
 
   // A zero router scores every expert the same: every token goes to experts 0 and 1, both policies.
   MoEConfig c{.d_model = 8, .experts = 4, .top_k = 2, .expert_hidden = 4};
@@ -176,11 +188,53 @@ TEST_CASE("top-k ties go to the lower expert index", "[moe][routing]") {
 
 TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[moe][dispatch]") {
   // 3 tokens, k 2, 4 experts: token 0 -> (2, 0), token 1 -> (0, 3), token 2 -> (2, 3)
-  const DispatchPlan p = DispatchPlan::sort({2, 0, 0, 3, 2, 3}, 3, 2, 4);
+  const std::vector<float> scores{0.5f, 0.0f, 0.9f, 0.1f,   //
+                                  0.8f, 0.1f, 0.0f, 0.3f,   //
+                                  0.0f, 0.2f, 0.9f, 0.7f};
+  const DispatchPlan<Cpu> p = DispatchPlan<Cpu>::route(CpuTensor<float>::from_host(Shape{3, 4}, scores), nullptr, 2);
+  CHECK(p.selected_experts() == std::vector<std::int32_t>{2, 0, 0, 3, 2, 3});
+  CHECK(p.score_index.to_host() == std::vector<std::int32_t>{2, 0, 4, 7, 10, 11});  // t * 4 + e
   CHECK(p.offsets == std::vector<index_t>{0, 2, 2, 4, 6});
-  CHECK(p.token_of_row == std::vector<std::int32_t>{0, 1, 0, 2, 1, 2});
-  CHECK(p.slot_of_row == std::vector<std::int32_t>{1, 2, 0, 4, 3, 5});
-  CHECK(p.row_of_slot == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});  // slot 0 of tokens 0..2, then slot 1
+  CHECK(p.token_of_row.to_host() == std::vector<std::int32_t>{0, 1, 0, 2, 1, 2});
+  CHECK(p.row_of_slot.to_host() == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});  // slot 0 of tokens 0..2, then slot 1
+  CHECK(p.load().tokens_per_expert == std::vector<index_t>{2, 0, 2, 2});
+
+  // No tokens: an empty plan, every group empty.
+  const DispatchPlan<Cpu> none = DispatchPlan<Cpu>::route(CpuTensor<float>::zeros({0, 4}), nullptr, 2);
+  CHECK(none.offsets == std::vector<index_t>{0, 0, 0, 0, 0});
+  CHECK(none.token_of_row.numel() == 0);
+
+  // Many tokens on 1 and 2 threads: the same plan, and the one a host stable sort of the choices makes.
+  Rng rng(8);
+  const index_t tokens = 257, E = 7, k = 3;
+  std::vector<float> many(static_cast<std::size_t>(tokens * E));
+  for (float& v : many) v = static_cast<float>(std::floor(rng.normal() * 2.0)) / 4.0f;  // many ties
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const DispatchPlan<Cpu> one = DispatchPlan<Cpu>::route(CpuTensor<float>::from_host(Shape{tokens, E}, many), nullptr, k);
+  omp_set_num_threads(2);
+  const DispatchPlan<Cpu> two = DispatchPlan<Cpu>::route(CpuTensor<float>::from_host(Shape{tokens, E}, many), nullptr, k);
+  omp_set_num_threads(saved);
+  CHECK(one.score_index.to_host() == two.score_index.to_host());
+  CHECK(one.row_of_slot.to_host() == two.row_of_slot.to_host());
+  const std::vector<std::int32_t> sel = one.selected_experts();
+  for (index_t t = 0; t < tokens; ++t) {  // each token's k largest, ties to the lower index: a stable sort's first k
+    std::vector<std::int32_t> order(static_cast<std::size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return many[t * E + a] > many[t * E + b]; });
+    for (index_t j = 0; j < k; ++j) REQUIRE(sel[t * k + j] == order[static_cast<std::size_t>(j)]);
+  }
+  std::vector<index_t> pairs(static_cast<std::size_t>(tokens * k));
+  std::iota(pairs.begin(), pairs.end(), index_t{0});
+  std::stable_sort(pairs.begin(), pairs.end(), [&](index_t a, index_t b) { return sel[a] < sel[b]; });
+  const std::vector<std::int32_t> token_of_row = one.token_of_row.to_host(), row_of_slot = one.row_of_slot.to_host();
+  for (index_t r = 0; r < tokens * k; ++r) {
+    const index_t pair = pairs[static_cast<std::size_t>(r)], t = pair / k, j = pair % k;
+    REQUIRE(token_of_row[r] == t);
+    REQUIRE(row_of_slot[j * tokens + t] == r);
+  }
+  for (index_t e = 0; e < E; ++e)
+    CHECK(one.offsets[e + 1] - one.offsets[e] == std::count(sel.begin(), sel.end(), static_cast<std::int32_t>(e)));
 }
 
 TEST_CASE("MoE: gradcheck in double of the router and routing weights", "[moe][gradcheck]") {

@@ -36,12 +36,14 @@ struct CapacityDroppingTopK {
   RouteDecision<T, B> route(const Var<T, B>& logits, index_t k) const {
     RouteDecision<T, B> d = SoftmaxTopK{}.route(logits, k);
     const index_t tokens = logits.shape()[0], experts = logits.shape()[1];
+    const std::vector<std::int32_t> chosen = DispatchPlan<B>::route(d.scores.value(), nullptr, k).selected_experts();
+    d.choose_by = d.scores.value();  // the experts stay those chosen here; the dropped pairs' gates become 0
     const auto capacity = static_cast<index_t>(std::ceil(capacity_factor * static_cast<double>(tokens * k) / static_cast<double>(experts)));
     std::vector<index_t> used(static_cast<std::size_t>(experts), 0);
     std::vector<T> keep(static_cast<std::size_t>(tokens * experts), T(1));
     for (index_t t = 0; t < tokens; ++t)
       for (index_t j = 0; j < k; ++j) {
-        const std::int32_t e = d.experts[t * k + j];
+        const std::int32_t e = chosen[static_cast<std::size_t>(t * k + j)];
         if (++used[e] > capacity) keep[t * experts + e] = T(0);
       }
     d.scores = mul(d.scores, Var<T, B>(Tensor<T, B>::from_host(Shape{tokens, experts}, keep)));

@@ -9,6 +9,7 @@
 #include "support/kernel_case.hpp"
 #include "support/kernel_cases/causal_conv1d.hpp"
 #include "support/kernel_cases/decode_attention.hpp"
+#include "support/kernel_cases/expert_routing.hpp"
 #include "support/kernel_cases/fused_attention.hpp"
 #include "support/kernel_cases/gated_combine.hpp"
 #include "support/kernel_cases/grouped_gemm.hpp"

@@ -15,6 +15,7 @@
 #include "megacpp/core/kernels/attention_decode.hpp"
 #include "megacpp/core/kernels/causal_conv1d.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
+#include "megacpp/core/kernels/expert_routing.hpp"
 #include "megacpp/core/kernels/gated_combine.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
 #include "megacpp/core/kernels/m2rnn_scan.hpp"
@@ -40,12 +41,12 @@ struct KernelList {
 /// Every kernel contract, in the order of kKernelNames.
 using AllKernels =
     KernelList<FusedAttention, SsmScan, SsmRotary, CausalConv1d, SoftcapCrossEntropy, GroupedGemm, GatedCombine,
-               DecodeAttention, SsmStep, M2RNNStep, M2RNNScan>;
+               DecodeAttention, SsmStep, M2RNNStep, M2RNNScan, ExpertRouting>;
 
 /// The contracts' names, in the order of AllKernels.
-inline constexpr std::array<std::string_view, 11> kKernelNames{
-    "FusedAttention", "SsmScan",      "SsmRotary",       "CausalConv1d", "SoftcapCrossEntropy", "GroupedGemm",
-    "GatedCombine",   "DecodeAttention", "SsmStep",      "M2RNNStep",    "M2RNNScan"};
+inline constexpr std::array<std::string_view, 12> kKernelNames{
+    "FusedAttention", "SsmScan",         "SsmRotary", "CausalConv1d", "SoftcapCrossEntropy", "GroupedGemm",
+    "GatedCombine",   "DecodeAttention", "SsmStep",   "M2RNNStep",    "M2RNNScan",           "ExpertRouting"};
 static_assert(AllKernels::size == kKernelNames.size(),
               "megacpp_kernel_registry: a contract was added to AllKernels without its name in kKernelNames");
 

@@ -1,7 +1,8 @@
 // megacpp/nn/moe/dispatch.hpp: the permutation between tokens and the expert-sorted buffer.
 //
 // Every (token, slot) pair the router selected becomes one row of a contiguous buffer sorted by
-// expert: a stable counting sort, so within an expert the rows are in (token, slot) order. Group
+// expert: a stable sort (the ExpertRouting kernel, on the backend that holds the scores), so
+// within an expert the rows are in (token, slot) order. Group
 // g's rows are [offsets[g], offsets[g + 1]) (the layout of kernels::GroupedGemm). No capacity
 // factor: every selected pair gets its row, whatever the others chose, so a token's output
 // depends only on its own input (docs/moe.md, "No token dropping").
@@ -21,6 +22,7 @@
 #include "megacpp/autograd/function.hpp"
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/embedding.hpp"
+#include "megacpp/core/kernels/expert_routing.hpp"
 
 namespace megacpp {
 
@@ -43,37 +45,44 @@ struct MoELoad {
   }
 };
 
-/// The permutation of one step, built on the host from the selected experts (tokens, k).
+/// One step's routing: each token's k experts and the permutation that sorts the (token, slot)
+/// pairs by expert, made by the ExpertRouting kernel on the scores' backend
+/// (megacpp/core/kernels/expert_routing.hpp). Only the group layout is host data.
+template <Backend B>
 struct DispatchPlan {
   index_t tokens = 0;   ///< tokens routed this step
   index_t k = 0;        ///< experts per token
   index_t experts = 0;  ///< routed experts
-  std::vector<index_t> offsets;             ///< experts + 1: group layout of the sorted buffer
-  std::vector<std::int32_t> token_of_row;   ///< rows: the token each sorted row came from
-  std::vector<std::int32_t> slot_of_row;    ///< rows: token * k + slot of each sorted row
-  std::vector<std::int32_t> row_of_slot;    ///< (k, tokens): slot j of token t sits at row [j * tokens + t]
+  std::vector<index_t> offsets;          ///< experts + 1, host: group layout of the sorted buffer
+  Tensor<std::int32_t, B> score_index;   ///< (tokens * k): t * experts + e for slot j of token t, best first
+  Tensor<std::int32_t, B> token_of_row;  ///< (rows): the token each sorted row came from
+  Tensor<std::int32_t, B> row_of_slot;   ///< (k * tokens): slot j of token t sits at row [j * tokens + t]
 
-  /// Stable counting sort of the (token, slot) pairs by expert id.
-  static DispatchPlan sort(const std::vector<std::int32_t>& selected, index_t tokens, index_t k, index_t experts) {
+  /// Each token's k experts by the largest scores (tokens, E) plus `bias` (E, host; null: none),
+  /// ties to the lower expert index, and a stable sort of the pairs by expert. Throws on a
+  /// non-finite score, naming the token and the expert.
+  template <class T>
+  static DispatchPlan route(const Tensor<T, B>& scores, const std::vector<double>* bias, index_t k) {
+    check(scores.rank() == 2, "MoE routing", "scores must be (tokens, experts), got ", scores.shape());
+    const kernels::ExpertRoutingParams params{scores.shape()[0], scores.shape()[1], k};
+    params.validate("MoE routing");
+    check(!bias || static_cast<index_t>(bias->size()) == params.experts, "MoE routing", "the choice bias has ",
+          bias ? bias->size() : 0, " entries for ", params.experts, " experts");
     DispatchPlan p;
-    p.tokens = tokens;
+    p.tokens = params.tokens;
     p.k = k;
-    p.experts = experts;
-    const index_t rows = tokens * k;
-    p.offsets.assign(static_cast<std::size_t>(experts + 1), 0);
-    for (std::int32_t e : selected) ++p.offsets[static_cast<std::size_t>(e) + 1];
-    for (index_t e = 0; e < experts; ++e) p.offsets[e + 1] += p.offsets[e];
-    std::vector<index_t> next(p.offsets.begin(), p.offsets.end() - 1);
-    p.token_of_row.resize(static_cast<std::size_t>(rows));
-    p.slot_of_row.resize(static_cast<std::size_t>(rows));
-    p.row_of_slot.resize(static_cast<std::size_t>(rows));
-    for (index_t t = 0; t < tokens; ++t)
-      for (index_t j = 0; j < k; ++j) {
-        const index_t r = next[static_cast<std::size_t>(selected[t * k + j])]++;
-        p.token_of_row[r] = static_cast<std::int32_t>(t);
-        p.slot_of_row[r] = static_cast<std::int32_t>(t * k + j);
-        p.row_of_slot[j * tokens + t] = static_cast<std::int32_t>(r);
-      }
+    p.experts = params.experts;
+    p.offsets.assign(static_cast<std::size_t>(p.experts + 1), 0);
+    p.score_index = Tensor<std::int32_t, B>(Shape{params.rows()});
+    p.token_of_row = Tensor<std::int32_t, B>(Shape{params.rows()});
+    p.row_of_slot = Tensor<std::int32_t, B>(Shape{params.rows()});
+    Tensor<double, B> bias_on_backend;
+    if (bias) bias_on_backend = Tensor<double, B>::from_host(Shape{p.experts}, *bias);
+    const kernels::RoutingFault fault = kernels::ExpertRouting<B>::template route<T>(
+        params, {scores.data(), bias ? bias_on_backend.data() : nullptr, p.score_index.data(), p.token_of_row.data(),
+                 p.row_of_slot.data(), p.offsets.data()});
+    check(!fault, "MoE router", "score of token ", fault.token, " for expert ", fault.expert, " is ", fault.score,
+          ": the router's input or weights are not finite");
     return p;
   }
 
@@ -83,6 +92,13 @@ struct DispatchPlan {
     l.assignments = tokens * k;
     for (index_t e = 0; e < experts; ++e) l.tokens_per_expert.push_back(offsets[e + 1] - offsets[e]);
     return l;
+  }
+
+  /// Each token's k experts (tokens, k), best first, copied to the host (tests, host-side policies).
+  std::vector<std::int32_t> selected_experts() const {
+    std::vector<std::int32_t> s = score_index.to_host();
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] -= static_cast<std::int32_t>(static_cast<index_t>(i) / k * experts);
+    return s;
   }
 };
 
@@ -108,8 +124,8 @@ Var<T, B> scale_rows(const Var<T, B>& x, const Var<T, B>& s) {
 
 /// xs (rows, d): every token's row once per slot, sorted by expert.
 template <class T, Backend B>
-Var<T, B> dispatch_rows(const Var<T, B>& x, const DispatchPlan& plan) {
-  return embedding(x, Tensor<std::int32_t, B>::from_host(Shape{plan.tokens * plan.k}, plan.token_of_row));
+Var<T, B> dispatch_rows(const Var<T, B>& x, const DispatchPlan<B>& plan) {
+  return embedding(x, plan.token_of_row);
 }
 
 }  // namespace megacpp

@@ -1,7 +1,8 @@
 // megacpp/nn/moe/moe.hpp: the mixture-of-experts feed-forward, MoE<T, B, Routing, Act>.
 //
 //   logits = x W_r^T                           router (Role::router -> AdamW)
-//   experts_t, gates_t = Routing(logits)       top-k per token, ties to the lower index
+//   experts_t, gates_t = Routing(logits)       top-k per token, ties to the lower index (the
+//                                               ExpertRouting kernel, on the logits' backend)
 //   xs = x[token_of_row]                       (rows = tokens k, d) sorted by expert
 //   ys = grouped(Act(grouped(xs, W_up)), W_down)          one grouped product each way
 //   y_t = sum_j gate_t,j ys[row_of_slot(t, j)] (+ shared(x_t))   slot order (the GatedCombine
@@ -95,12 +96,12 @@ struct MoE {
   /// x (..., d) -> (..., d); the balance loss, if the policy has one and its weight is > 0, goes
   /// to `aux` as "balance".
   V forward(const V& x, AuxLosses<T, B>& aux) const {
-    const index_t d = config.d_model, k = config.top_k, E = config.experts;
+    const index_t d = config.d_model, k = config.top_k;
     check(x.rank() >= 1 && x.shape()[-1] == d, "MoE", "input ", x.shape(), " must end in d_model ", d);
     const index_t tokens = x.numel() / d;
     const V x2 = reshape(x, Shape{tokens, d});
     RouteDecision<T, B> route = routing.route(router.forward(x2), k);
-    const DispatchPlan plan = DispatchPlan::sort(route.experts, tokens, k, E);
+    const DispatchPlan<B> plan = DispatchPlan<B>::route(route.choice(), route.bias, k);
     last_load_ = plan.load();
     if constexpr (requires { routing.add_aux_loss(route, last_load_, aux, config.aux_loss_weight); })
       if (config.aux_loss_weight > 0) routing.add_aux_loss(route, last_load_, aux, config.aux_loss_weight);
@@ -185,14 +186,9 @@ struct MoE {
 
   // Each token's gates (tokens, k): the selected scores, divided by their sum per token when the
   // policy normalises.
-  static V gates(const RouteDecision<T, B>& route, const DispatchPlan& plan) {
+  static V gates(const RouteDecision<T, B>& route, const DispatchPlan<B>& plan) {
     const index_t tokens = plan.tokens, k = plan.k, E = plan.experts;
-    std::vector<std::int32_t> flat(route.experts.size());
-    for (index_t t = 0; t < tokens; ++t)
-      for (index_t j = 0; j < k; ++j) flat[t * k + j] = static_cast<std::int32_t>(t * E + route.experts[t * k + j]);
-    V selected = reshape(embedding(reshape(route.scores, Shape{tokens * E, 1}),
-                                   Tensor<std::int32_t, B>::from_host(Shape{tokens * k}, flat)),
-                         Shape{tokens, k});
+    V selected = reshape(embedding(reshape(route.scores, Shape{tokens * E, 1}), plan.score_index), Shape{tokens, k});
     if (route.normalize) {
       const V ones(Tensor<T, B>::full(Shape{tokens}, T(1)));
       selected = scale_rows(selected, div(ones, sum(selected, -1)));

@@ -1,8 +1,10 @@
 // megacpp/nn/moe/routing.hpp: the routing rules of MoE, as policies.
 //
-// A policy turns the router's logits (tokens, E) into each token's k experts (host, best first,
-// ties to the lower expert index: top_k_experts) and the differentiable scores (tokens, E) whose
-// selected entries become the gates, normalised over the k selected when `normalize` is set.
+// A policy turns the router's logits (tokens, E) into the differentiable scores (tokens, E) whose
+// selected entries become the gates, normalised over the k selected when `normalize` is set, and
+// says what the experts are chosen by: the scores (or `choose_by`), plus a bias when it has one.
+// The choice itself, each token's k largest keys with ties to the lower expert index, is the
+// ExpertRouting kernel's (megacpp/core/kernels/expert_routing.hpp), on the scores' backend.
 //
 //   SoftmaxTopK      p = softmax(logits); top-k of p; gates p_sel / sum p_sel (Mixtral,
 //                    arXiv 2401.04088) or p_sel (Switch with k = 1: normalize = false).
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,9 +39,13 @@ namespace megacpp {
 /// What a routing policy decided for one step.
 template <class T, Backend B>
 struct RouteDecision {
-  std::vector<std::int32_t> experts;  ///< (tokens, k) on the host, best first
-  Var<T, B> scores;                   ///< (tokens, E): the gates are its selected entries
-  bool normalize = true;              ///< divide each token's k gates by their sum
+  Var<T, B> scores;                           ///< (tokens, E): the gates are its selected entries
+  bool normalize = true;                      ///< divide each token's k gates by their sum
+  const std::vector<double>* bias = nullptr;  ///< (E), host: added to the keys for the choice only
+  std::optional<Tensor<T, B>> choose_by;      ///< (tokens, E): the keys' scores, when not `scores`
+
+  /// The scores the experts are chosen by.
+  const Tensor<T, B>& choice() const { return choose_by ? *choose_by : scores.value(); }
 };
 
 /// Softmax scores, top-k, Switch's load-balancing auxiliary loss.
@@ -49,12 +56,10 @@ struct SoftmaxTopK {
   /// No per-expert state.
   void reset(index_t) {}
 
-  /// p = softmax(logits), each token's top-k of p.
+  /// p = softmax(logits), the experts chosen by p.
   template <class T, Backend B>
-  RouteDecision<T, B> route(const Var<T, B>& logits, index_t k) const {
-    RouteDecision<T, B> d{{}, softmax(logits), normalize};
-    select(d, k, nullptr);
-    return d;
+  RouteDecision<T, B> route(const Var<T, B>& logits, index_t) const {
+    return {softmax(logits), normalize, nullptr, std::nullopt};
   }
 
   /// balance = E * sum_e f_e P_e (eq. 4 of Fedus et al.), added to `aux` as "balance".
@@ -68,15 +73,6 @@ struct SoftmaxTopK {
     const Var<T, B> fv(Tensor<T, B>::from_host(Shape{experts}, f));
     aux.add("balance", scale(sum(mul(P, fv)), static_cast<double>(experts)), weight);
   }
-
-  /// The top-k of each row of d.scores (plus `bias` when given) into d.experts.
-  template <class T, Backend B>
-  static void select(RouteDecision<T, B>& d, index_t k, const double* bias) {
-    const index_t tokens = d.scores.shape()[0], experts = d.scores.shape()[1];
-    const std::vector<T> s = d.scores.value().to_host();
-    d.experts.resize(static_cast<std::size_t>(tokens * k));
-    for (index_t t = 0; t < tokens; ++t) top_k_experts(s.data() + t * experts, bias, experts, k, t, d.experts.data() + t * k);
-  }
 };
 
 /// Sigmoid scores, top-k of score + bias, the bias moved toward balance outside the gradient.
@@ -87,14 +83,12 @@ struct SigmoidBiasTopK {
   /// E zeros.
   void reset(index_t experts) { bias.assign(static_cast<std::size_t>(experts), 0.0); }
 
-  /// s = sigmoid(logits), each token's top-k of s + bias; gates normalised.
+  /// s = sigmoid(logits), the experts chosen by s + bias; gates normalised.
   template <class T, Backend B>
-  RouteDecision<T, B> route(const Var<T, B>& logits, index_t k) const {
+  RouteDecision<T, B> route(const Var<T, B>& logits, index_t) const {
     check(static_cast<index_t>(bias.size()) == logits.shape()[1], "SigmoidBiasTopK", "bias has ", bias.size(),
           " entries for ", logits.shape()[1], " experts (call reset(experts))");
-    RouteDecision<T, B> d{{}, sigmoid(logits), true};
-    SoftmaxTopK::select(d, k, bias.data());
-    return d;
+    return {sigmoid(logits), true, &bias, std::nullopt};
   }
 
   /// bias_e += gamma * sign(mean load - load_e), from the last step's load (DeepSeek-V3 sec.

@@ -21,6 +21,7 @@
 #define MEGACPP_CUDA_BACKEND_INTERNAL
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/expert_routing.cuh"
 #include "megacpp/backends/cuda/detail/gated_combine.cuh"
 #include "megacpp/backends/cuda/detail/gemm.cuh"
 #include "megacpp/backends/cuda/detail/indexing.cuh"
@@ -196,6 +197,17 @@ struct GatedCombine<Cuda> {
   template <class T>
   static void backward(const GatedCombineParams& p, const GatedCombineArgs<T>& a, const GatedCombineGrads<T>& g) {
     cuda::gated_combine_backward<T>(p, a, g);
+  }
+};
+
+/// The MoE expert routing: a thread per token chooses, CUB sorts, Thrust finds the group offsets
+/// (detail/expert_routing.cuh).
+template <>
+struct ExpertRouting<Cuda> {
+  static constexpr bool available = true;
+  template <class T>
+  static RoutingFault route(const ExpertRoutingParams& p, const ExpertRoutingArgs<T>& a) {
+    return cuda::moe::route_experts<T>(p, a);
   }
 };
 

@@ -15,6 +15,7 @@
 ///   SoftcapCrossEntropy<Cpu>   detail/indexing.hpp (cpu::softcap_cross_entropy)
 ///   GroupedGemm<Cpu>           detail/grouped_gemm.hpp
 ///   GatedCombine<Cpu>          detail/gated_combine.hpp
+///   ExpertRouting<Cpu>         detail/expert_routing.hpp
 #pragma once
 
 #include "megacpp/backends/cpu.hpp"
@@ -23,6 +24,7 @@
 #include "megacpp/backends/cpu/detail/attention/backward.hpp"
 #include "megacpp/backends/cpu/detail/attention/decode.hpp"
 #include "megacpp/backends/cpu/detail/attention/forward.hpp"
+#include "megacpp/backends/cpu/detail/expert_routing.hpp"
 #include "megacpp/backends/cpu/detail/gated_combine.hpp"
 #include "megacpp/backends/cpu/detail/grouped_gemm.hpp"
 #include "megacpp/backends/cpu/detail/m2rnn_scan.hpp"
@@ -216,6 +218,17 @@ struct GatedCombine<Cpu> {
   template <class T>
   static void backward(const GatedCombineParams& p, const GatedCombineArgs<T>& a, const GatedCombineGrads<T>& g) {
     cpu::moe::gated_combine_backward<T>(p, a, g);
+  }
+};
+
+/// The CPU expert routing: threads own whole tokens for the choice, one stable counting sort.
+template <>
+struct ExpertRouting<Cpu> {
+  static constexpr bool available = true;  ///< implemented
+  /// Selects each token's k experts and sorts the pairs by expert; the first non-finite score, if any.
+  template <class T>
+  static RoutingFault route(const ExpertRoutingParams& p, const ExpertRoutingArgs<T>& a) {
+    return cpu::moe::route_experts<T>(p, a);
   }
 };
 
