@@ -73,6 +73,29 @@ struct RoutingFault {
   explicit operator bool() const { return token >= 0; }
 };
 
+/// The k experts of one token with the largest key score[e] + bias[e] (bias may be null), best
+/// first, into out[0..k): the scan is in expert order and only a strictly larger key replaces the
+/// best so far, so ties go to the lower index. The selection every backend runs (a host loop on
+/// the CPU, a thread per token on CUDA); the scores must be finite.
+template <class T>
+MEGACPP_HD void top_k_experts(const T* score, const double* bias, index_t experts, index_t k, std::int32_t* out) {
+  for (index_t j = 0; j < k; ++j) {
+    std::int32_t best = -1;
+    double best_key = 0;
+    for (index_t e = 0; e < experts; ++e) {
+      bool taken = false;
+      for (index_t i = 0; i < j; ++i) taken = taken || out[i] == e;
+      if (taken) continue;
+      const double key = static_cast<double>(score[e]) + (bias ? bias[e] : 0.0);
+      if (best < 0 || key > best_key) {
+        best = static_cast<std::int32_t>(e);
+        best_key = key;
+      }
+    }
+    out[j] = best;
+  }
+}
+
 /// The expert routing of backend B (contract: this file); CPU:
 /// megacpp/backends/cpu/detail/expert_routing.hpp, CUDA: megacpp/backends/cuda/detail/expert_routing.cuh.
 template <class B>

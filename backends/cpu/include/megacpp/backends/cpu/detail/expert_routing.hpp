@@ -1,6 +1,7 @@
 // CPU backend: the MoE expert routing (contract: megacpp/core/kernels/expert_routing.hpp).
 //
 //   selected[t, j] = the j-th largest score[t, e] + bias[e], ties to the lower expert index
+//                    (kernels::top_k_experts, the scan CUDA runs too)
 //   a stable counting sort of the pairs t k + j by selected expert
 //
 // Threads own whole tokens for the choice (each token's k experts depend on its own row only, so
@@ -18,27 +19,6 @@
 
 namespace megacpp::cpu::moe {
 
-// The k experts of one token with the largest score[e] + bias[e], best first, into out[0..k): the
-// scan is in expert order and only a strictly larger key replaces the best so far.
-template <class T>
-void top_k_experts(const T* score, const double* bias, index_t experts, index_t k, std::int32_t* out) {
-  for (index_t j = 0; j < k; ++j) {
-    std::int32_t best = -1;
-    double best_key = 0;
-    for (index_t e = 0; e < experts; ++e) {
-      bool taken = false;
-      for (index_t i = 0; i < j; ++i) taken = taken || out[i] == e;
-      if (taken) continue;
-      const double key = static_cast<double>(score[e]) + (bias ? bias[e] : 0.0);
-      if (best < 0 || key > best_key) {
-        best = static_cast<std::int32_t>(e);
-        best_key = key;
-      }
-    }
-    out[j] = best;
-  }
-}
-
 template <class T>
 kernels::RoutingFault route_experts(const kernels::ExpertRoutingParams& p, const kernels::ExpertRoutingArgs<T>& a) {
   const index_t tokens = p.tokens, E = p.experts, k = p.k, rows = p.rows();
@@ -47,7 +27,7 @@ kernels::RoutingFault route_experts(const kernels::ExpertRoutingParams& p, const
 
   std::vector<std::int32_t> selected(static_cast<std::size_t>(rows));
   parallel_for(tokens, E * k, [&](index_t t) {
-    top_k_experts(a.scores + t * E, a.bias, E, k, selected.data() + t * k);
+    kernels::top_k_experts(a.scores + t * E, a.bias, E, k, selected.data() + t * k);
     for (index_t j = 0; j < k; ++j)
       a.score_index[t * k + j] = static_cast<std::int32_t>(t * E + selected[static_cast<std::size_t>(t * k + j)]);
   });

@@ -1,8 +1,8 @@
 // CUDA backend: the MoE expert routing (contract: megacpp/core/kernels/expert_routing.hpp;
 // semantics and reference: cpu/detail/expert_routing.hpp).
 //
-//   1. top_k_experts_kernel: one thread per token, the CPU's scan (keys in double, a strict `>` in
-//      expert order), so both backends pick the same experts; a non-finite score is recorded by
+//   1. top_k_experts_kernel: one thread per token runs kernels::top_k_experts, the CPU's scan (keys
+//      in double, a strict `>` in expert order), so both backends pick the same experts; a non-finite score is recorded by
 //      atomicMin on its flat index, which leaves the first in (token, expert) order on any schedule
 //   2. CUB's radix sort of the (token, slot) pairs by expert over the bits of E - 1: stable, so
 //      within an expert the pairs keep their order, as the CPU's counting sort does
@@ -46,22 +46,8 @@ __global__ void top_k_experts_kernel(index_t tokens, index_t experts, index_t k,
       }
     if (!finite) continue;
     std::int32_t* out = selected + t * k;
-    for (index_t j = 0; j < k; ++j) {
-      std::int32_t best = -1;
-      double best_key = 0;
-      for (index_t e = 0; e < experts; ++e) {
-        bool taken = false;
-        for (index_t i = 0; i < j; ++i) taken = taken || out[i] == e;
-        if (taken) continue;
-        const double key = static_cast<double>(score[e]) + (bias ? bias[e] : 0.0);
-        if (best < 0 || key > best_key) {
-          best = static_cast<std::int32_t>(e);
-          best_key = key;
-        }
-      }
-      out[j] = best;
-      score_index[t * k + j] = static_cast<std::int32_t>(t * experts + best);
-    }
+    kernels::top_k_experts(score, bias, experts, k, out);
+    for (index_t j = 0; j < k; ++j) score_index[t * k + j] = static_cast<std::int32_t>(t * experts + out[j]);
   }
 }
 
