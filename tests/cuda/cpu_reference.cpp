@@ -71,6 +71,10 @@ std::vector<std::vector<double>> cpu_model_step(std::size_t pattern, bool use_do
   return use_double ? model_step_outputs<double, Cpu>(pattern) : model_step_outputs<float, Cpu>(pattern);
 }
 
+std::vector<std::vector<double>> cpu_model_step_bf16(std::size_t pattern) {
+  return model_step_outputs<float, Cpu>(pattern, true);
+}
+
 std::vector<std::int32_t> cpu_generate_from_checkpoint(const std::string& path, const std::vector<std::int32_t>& prompt,
                                                        long long n_new) {
   return generate_from_checkpoint<Cpu>(path, prompt, static_cast<index_t>(n_new));

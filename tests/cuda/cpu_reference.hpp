@@ -35,6 +35,8 @@ std::vector<std::vector<double>> cpu_kernel_outputs(std::size_t contract, std::s
 // Loss and parameter gradients of the whole-model step model_step_patterns()[pattern]
 // (model_step.hpp) on the CPU backend, in float or double.
 std::vector<std::vector<double>> cpu_model_step(std::size_t pattern, bool use_double);
+// The same in float under bf16 products (MatmulPrecision::bf16).
+std::vector<std::vector<double>> cpu_model_step_bf16(std::size_t pattern);
 
 // The tiny "AAM" model loaded on the CPU from `path` (written by the CUDA test): its greedy
 // continuation of `prompt` by n_new tokens (model_step.hpp, generate_from_checkpoint).

@@ -21,16 +21,31 @@
 
 namespace megacpp::backend_test {
 
-// The patterns compared (one block each): attention, Mamba-3.
+// The patterns compared (one block each): attention, Mamba-3, MoE (4 experts, top-2: the expert
+// routing, the grouped products and the gated combine; randomise_matrices makes the experts'
+// zero-initialised down projections live, so their products reach the loss).
 inline const std::vector<std::string>& model_step_patterns() {
-  static const std::vector<std::string> patterns{"A", "M"};
+  static const std::vector<std::string> patterns{"A", "M", "E"};
   return patterns;
 }
+inline constexpr std::size_t kMoEPattern = 2;  // model_step_patterns()[kMoEPattern] == "E"
 
-// Loss, then the gradient of every parameter in for_each_param order.
+inline constexpr MoESizes kOneBlockMoE{.experts = 4, .top_k = 2, .expert_hidden = 24};
 template <class T, Backend B, FixedString P>
-testing::Outputs model_step_outputs() {
-  using Model = testing::OneBlockLMOn<T, B, P>;
+struct StepModel {
+  using type = testing::OneBlockLMOn<T, B, P>;
+};
+template <class T, Backend B>
+struct StepModel<T, B, "E"> {
+  using type = RecipeMoELM<T, B, testing::kOneBlockDims, "E", testing::kOneBlockAttention, testing::kOneBlockMamba,
+                           kOneBlockMoE>;
+};
+
+// Loss, then the gradient of every parameter in for_each_param order; under bf16 products
+// (MatmulPrecision::bf16, float only) when `bf16_products` is set.
+template <class T, Backend B, FixedString P>
+testing::Outputs model_step_outputs(bool bf16_products = false) {
+  using Model = typename StepModel<T, B, P>::type;
   Model model(11);
   testing::randomise_matrices(model, 12);
   using Batch = testing::MaskingBatch;
@@ -38,8 +53,12 @@ testing::Outputs model_step_outputs() {
   const auto docs = DocumentLayout<B>::from_tokens(data.ids, Batch::batch, Batch::seq, Batch::bos);
   const auto ids = Tensor<std::int32_t, B>::from_host(Shape{Batch::batch, Batch::seq}, data.ids);
   const auto targets = Tensor<std::int32_t, B>::from_host(Shape{Batch::batch, Batch::seq}, data.targets);
-  const Var<T, B> loss = model.loss(ids, targets, Tensor<T, B>(), docs);
-  backward(loss);
+  Var<T, B> loss;
+  {
+    const MatmulPrecisionScope products(bf16_products ? MatmulPrecision::bf16 : MatmulPrecision::fp32);
+    loss = model.loss(ids, targets, Tensor<T, B>(), docs);
+  }
+  backward(loss);  // each op keeps the precision it was created under
   testing::Outputs out{testing::Harness<T, B>::doubles(loss.value())};
   model.for_each_param([&](const std::string&, Param<T, B>& p) {
     const Tensor<T, B>& g = p.var.grad();
@@ -53,14 +72,15 @@ testing::Outputs model_step_outputs() {
 template <class F>
 void with_model_step_pattern(std::size_t index, F&& f) {
   if (index == 0) f.template operator()<"A">();
-  else f.template operator()<"M">();
+  else if (index == 1) f.template operator()<"M">();
+  else f.template operator()<"E">();
 }
 
 // model_step_outputs for pattern model_step_patterns()[index].
 template <class T, Backend B>
-testing::Outputs model_step_outputs(std::size_t index) {
+testing::Outputs model_step_outputs(std::size_t index, bool bf16_products = false) {
   testing::Outputs out;
-  with_model_step_pattern(index, [&]<FixedString P>() { out = model_step_outputs<T, B, P>(); });
+  with_model_step_pattern(index, [&]<FixedString P>() { out = model_step_outputs<T, B, P>(bf16_products); });
   return out;
 }
 
