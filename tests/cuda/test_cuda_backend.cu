@@ -14,9 +14,8 @@
 // and counted apart, never as passed (its case code is not even instantiated for Cuda: calling an
 // unimplemented contract does not compile).
 //
-// Then whole models (model_step.hpp): the one-block attention and Mamba-3 LMs' training step
-// (loss and every parameter gradient) against the CPU backend, and the document-masking
-// invariants on the GPU (nn/model/masking_check.hpp), for each pattern;
+// Then whole models (model_step.hpp): the one-block attention, Mamba-3 and MoE LMs' train step (loss,
+// every gradient; MoE under bf16 products too) against the CPU, and masking on the GPU, per pattern;
 // and the tiny "AAM" model's life on the GPU: training lowers its loss, its checkpoint reads back
 // bitwise (and on the CPU), and it generates what the full forward and the CPU generate.
 //
@@ -169,10 +168,8 @@ std::string check_model_step(std::size_t pattern) {
   return why.empty() ? why : "not reproducible run to run: " + why;
 }
 
-// The same under bf16 products: both backends round the same operands to bf16 and sum in fp32, in
-// their own orders, so an fp32 sum that lands either side of a bf16 rounding boundary moves the
-// next product's operand by one bf16 step (2^-8 relative): 1e-2 of each output's scale, where a
-// transposed operand, a wrong group or an unscaled gradient is off by its whole size.
+// The same under bf16 products, to 1e-2 of each output's scale: one bf16 step (2^-8) where the two
+// backends' fp32 sums round either side of a boundary; a wrong product is off by its whole size.
 std::string check_model_step_bf16(std::size_t pattern) {
   const Outputs got = model_step_outputs<float, Cuda>(pattern, true);
   std::string why = testing::compare_outputs(got, cpu_model_step_bf16(pattern), 1e-2);
@@ -184,9 +181,7 @@ std::string check_model_step_bf16(std::size_t pattern) {
 // The document-masking invariants (nn/model/masking_check.hpp) of the one-block model on the GPU:
 // isolation and the zero cross-document gradient bitwise, packed vs alone within packed_tolerance
 // (1e-5: cuBLAS may pick another algorithm for another row count); the same model blind to the
-// documents must fail, so the check sees the block mixing positions. The MoE block ("E") mixes no
-// positions (every step of it is per token): the blind model has nothing to leak, so that part is
-// for the mixers only.
+// documents must fail, so the check sees the block mixing positions (not for "E": MoE is per token).
 template <FixedString P>
 std::string check_model_masking(double packed_tolerance = 1e-5) {
   using Model = typename StepModel<float, Cuda, P>::type;
