@@ -3,6 +3,7 @@
 #pragma once
 
 #include "megacpp/core/backend.hpp"
+#include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/error.hpp"

@@ -30,6 +30,37 @@ TEST_CASE("out-of-range gather index names the id and the vocabulary", "[errors]
   CHECK_THROWS_WITH((embedding(random_param({10}, 2), too_big)), Contains("table must be (vocab, dim), got shape (10)"));
 }
 
+TEST_CASE("BoundedIds: checked where ids enter, only the bound compared where they are used", "[errors]") {
+  const auto ids = CpuTensor<std::int32_t>::from_host({3}, {1, 9, 2});
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::checked("loader", ids, 9, "token"), Contains("loader: token id 9 >= 9"));
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::checked("loader", CpuTensor<std::int32_t>::from_host({1}, {-2}), 9, "token"),
+                    Contains("token id -2 is negative"));
+  const BoundedIds<Cpu> ten = BoundedIds<Cpu>::checked("loader", ids, 10, "token");
+  CHECK(ten.bound() == 10);
+  CHECK(ten.numel() == 3);
+  CHECK(BoundedIds<Cpu>::checked("loader", CpuTensor<std::int32_t>(Shape{0}), 0, "token").numel() == 0);
+  // Host ids are checked on the host, naming the position.
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::from_host("decode", Shape{3}, {1, 2, 12}, 10, "token"),
+                    Contains("decode: token id 12 at [2] is outside [0, 10)"));
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::from_host("decode", Shape{2}, {-1, 2}, 10, "token"), Contains("token id -1 at [0]"));
+  const BoundedIds<Cpu> host = BoundedIds<Cpu>::from_host("decode", Shape{1, 2}, {9, 0}, 10, "token");
+  CHECK((host.ids().shape() == Shape{1, 2} && host.ids().to_host() == std::vector<std::int32_t>{9, 0}));
+  // A table with fewer rows than the bound is refused without reading the ids.
+  CHECK_THROWS_WITH(embedding(random_param({9, 4}, 1), ten), Contains("embedding: ids bounded by 10 index a table of 9 rows"));
+  CHECK(embedding(random_param({10, 4}, 1), ten).shape() == Shape{3, 4});
+  auto ys = random_param({6, 4}, 2), gate = random_param({3, 2}, 3);
+  const auto rows = BoundedIds<Cpu>::checked("router", CpuTensor<std::int32_t>::from_host({6}, {5, 4, 3, 2, 1, 0}), 7, "row");
+  CHECK_THROWS_WITH(gated_combine(ys, gate, rows), Contains("gated_combine: row_of_slot is bounded by 7, ys has 6 rows"));
+  // A kernel's outputs are trusted by its contract where NDEBUG is defined, checked where it is not
+  // (the ASan preset's Debug build checks every MoE layer's routing this way).
+  const auto out_of_range = CpuTensor<std::int32_t>::from_host({2}, {0, 6});
+#ifdef NDEBUG
+  CHECK(BoundedIds<Cpu>::by_contract(out_of_range, 6).bound() == 6);
+#else
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::by_contract(out_of_range, 6), Contains("kernel output id 6 >= 6"));
+#endif
+}
+
 TEST_CASE("gated_combine: row_of_slot sizes, ranges and repeats name the entry", "[errors]") {
   auto ys = random_param({6, 4}, 1), gate = random_param({3, 2}, 2);
   CHECK_NOTHROW(gated_combine(ys, gate, std::vector<std::int32_t>{5, 4, 3, 2, 1, 0}));

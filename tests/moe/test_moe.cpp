@@ -193,10 +193,10 @@ TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[m
                                   0.0f, 0.2f, 0.9f, 0.7f};
   const DispatchPlan<Cpu> p = DispatchPlan<Cpu>::route(CpuTensor<float>::from_host(Shape{3, 4}, scores), nullptr, 2);
   CHECK(p.selected_experts() == std::vector<std::int32_t>{2, 0, 0, 3, 2, 3});
-  CHECK(p.score_index.to_host() == std::vector<std::int32_t>{2, 0, 4, 7, 10, 11});  // t * 4 + e
+  CHECK(p.score_index.ids().to_host() == std::vector<std::int32_t>{2, 0, 4, 7, 10, 11});  // t * 4 + e
   CHECK(p.offsets == std::vector<index_t>{0, 2, 2, 4, 6});
-  CHECK(p.token_of_row.to_host() == std::vector<std::int32_t>{0, 1, 0, 2, 1, 2});
-  CHECK(p.row_of_slot.to_host() == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});  // slot 0 of tokens 0..2, then slot 1
+  CHECK(p.token_of_row.ids().to_host() == std::vector<std::int32_t>{0, 1, 0, 2, 1, 2});
+  CHECK(p.row_of_slot.ids().to_host() == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});  // slot 0 of tokens 0..2, then slot 1
   CHECK(p.load().tokens_per_expert == std::vector<index_t>{2, 0, 2, 2});
 
   // No tokens: an empty plan, every group empty.
@@ -215,8 +215,8 @@ TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[m
   omp_set_num_threads(2);
   const DispatchPlan<Cpu> two = DispatchPlan<Cpu>::route(CpuTensor<float>::from_host(Shape{tokens, E}, many), nullptr, k);
   omp_set_num_threads(saved);
-  CHECK(one.score_index.to_host() == two.score_index.to_host());
-  CHECK(one.row_of_slot.to_host() == two.row_of_slot.to_host());
+  CHECK(one.score_index.ids().to_host() == two.score_index.ids().to_host());
+  CHECK(one.row_of_slot.ids().to_host() == two.row_of_slot.ids().to_host());
   const std::vector<std::int32_t> sel = one.selected_experts();
   for (index_t t = 0; t < tokens; ++t) {  // each token's k largest, ties to the lower index: a stable sort's first k
     std::vector<std::int32_t> order(static_cast<std::size_t>(E));
@@ -227,7 +227,7 @@ TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[m
   std::vector<index_t> pairs(static_cast<std::size_t>(tokens * k));
   std::iota(pairs.begin(), pairs.end(), index_t{0});
   std::stable_sort(pairs.begin(), pairs.end(), [&](index_t a, index_t b) { return sel[a] < sel[b]; });
-  const std::vector<std::int32_t> token_of_row = one.token_of_row.to_host(), row_of_slot = one.row_of_slot.to_host();
+  const std::vector<std::int32_t> token_of_row = one.token_of_row.ids().to_host(), row_of_slot = one.row_of_slot.ids().to_host();
   for (index_t r = 0; r < tokens * k; ++r) {
     const index_t pair = pairs[static_cast<std::size_t>(r)], t = pair / k, j = pair % k;
     REQUIRE(token_of_row[r] == t);

@@ -60,8 +60,8 @@ struct KernelCases<kernels::ExpertRouting> {
       const std::vector<double> bias = bias_of(experts);
       const DispatchPlan<B> p = DispatchPlan<B>::route(quarters(in[0].value()), with_bias ? &bias : nullptr, k);
       std::vector<T> out;
-      for (const Tensor<std::int32_t, B>* t : {&p.score_index, &p.token_of_row, &p.row_of_slot})
-        for (std::int32_t i : t->to_host()) out.push_back(static_cast<T>(i));
+      for (const BoundedIds<B>* t : {&p.score_index, &p.token_of_row, &p.row_of_slot})
+        for (std::int32_t i : t->ids().to_host()) out.push_back(static_cast<T>(i));
       for (index_t o : p.offsets) out.push_back(static_cast<T>(o));
       return V(Tensor<T, B>::from_host(Shape{static_cast<index_t>(out.size())}, out));
     };

@@ -11,27 +11,36 @@
 #include <vector>
 
 #include "megacpp/autograd/function.hpp"
-#include "megacpp/autograd/ops/embedding.hpp"  // detail::check_ids
+#include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/kernels/gated_combine.hpp"
 
 namespace megacpp {
 
-/// ys (tokens * k, d) sorted by expert, gate (tokens, k), `row_of_slot` (k * tokens entries in
-/// backend memory, a permutation of the rows, as kernels::ExpertRouting writes it) -> y (tokens, d).
-/// The entries are checked to be rows (B::minmax_index), not to be distinct: a repeated row gives
-/// a wrong sum, never a read outside ys. The host overload below checks the permutation.
-template <class T, Backend B>
-Var<T, B> gated_combine(const Var<T, B>& ys, const Var<T, B>& gate, const Tensor<std::int32_t, B>& row_of_slot) {
+namespace detail {
+// The shapes' checks, naming the op and the shapes: ys (tokens * k, d), gate (tokens, k) and
+// `entries` slot rows.
+inline kernels::GatedCombineParams gated_combine_params(const Shape& ys, const Shape& gate, index_t entries) {
   const char* op = "gated_combine";
-  check(ys.rank() == 2 && gate.rank() == 2, op, "ys must be (rows, d) and gate (tokens, k), got ", ys.shape(), " and ",
-        gate.shape());
-  const kernels::GatedCombineParams p{gate.shape()[0], gate.shape()[1], ys.shape()[1]};
+  check(ys.rank() == 2 && gate.rank() == 2, op, "ys must be (rows, d) and gate (tokens, k), got ", ys, " and ", gate);
+  const kernels::GatedCombineParams p{gate[0], gate[1], ys[1]};
   p.validate(op);
-  check(ys.shape()[0] == p.rows(), op, "ys has ", ys.shape()[0], " rows, gate ", gate.shape(), " needs tokens * k = ",
-        p.rows());
-  check(row_of_slot.numel() == p.rows(), op, "row_of_slot has ", row_of_slot.numel(), " entries, expected tokens * k = ",
-        p.rows());
-  detail::check_ids(op, row_of_slot, p.rows(), "row");
+  check(ys[0] == p.rows(), op, "ys has ", ys[0], " rows, gate ", gate, " needs tokens * k = ", p.rows());
+  check(entries == p.rows(), op, "row_of_slot has ", entries, " entries, expected tokens * k = ", p.rows());
+  return p;
+}
+}  // namespace detail
+
+/// ys (tokens * k, d) sorted by expert, gate (tokens, k), `row_of_slot` (k * tokens rows of ys in
+/// backend memory, a permutation of them, as kernels::ExpertRouting writes it) -> y (tokens, d).
+/// The ids are rows by their bound (megacpp/core/bounded_ids.hpp), not checked to be distinct: a
+/// repeated row gives a wrong sum, never a read outside ys. The host overload below checks the
+/// permutation.
+template <class T, Backend B>
+Var<T, B> gated_combine(const Var<T, B>& ys, const Var<T, B>& gate, const BoundedIds<B>& row_of_slot) {
+  const char* op = "gated_combine";
+  const kernels::GatedCombineParams p = detail::gated_combine_params(ys.shape(), gate.shape(), row_of_slot.numel());
+  check(row_of_slot.bound() <= p.rows(), op, "row_of_slot is bounded by ", row_of_slot.bound(), ", ys has ", p.rows(),
+        " rows");
   Tensor<T, B> y(Shape{p.tokens, p.d});
   kernels::GatedCombine<B>::template forward<T>(p, {row_of_slot.data(), gate.value().data(), ys.value().data(), y.data()});
   return make_result(op, std::move(y), [ys, gate, rows = row_of_slot, p](const Tensor<T, B>& g) mutable {
@@ -40,6 +49,14 @@ Var<T, B> gated_combine(const Var<T, B>& ys, const Var<T, B>& gate, const Tensor
         {g.data(), ys.requires_grad() ? ys.grad_buffer().data() : nullptr,
          gate.requires_grad() ? gate.grad_buffer().data() : nullptr});
   }, ys, gate);
+}
+
+/// The same with `row_of_slot` unchecked in backend memory: every entry is checked to be a row of
+/// ys (B::minmax_index), not to be distinct.
+template <class T, Backend B>
+Var<T, B> gated_combine(const Var<T, B>& ys, const Var<T, B>& gate, const Tensor<std::int32_t, B>& row_of_slot) {
+  const index_t rows = detail::gated_combine_params(ys.shape(), gate.shape(), row_of_slot.numel()).rows();
+  return gated_combine(ys, gate, BoundedIds<B>::checked("gated_combine", row_of_slot, rows, "row"));
 }
 
 /// The same with `row_of_slot` on the host, checked to be a permutation of [0, its size).
@@ -53,7 +70,7 @@ Var<T, B> gated_combine(const Var<T, B>& ys, const Var<T, B>& gate, const std::v
           " is out of range or repeated: it must be a permutation of [0, ", rows, ")");
     seen[static_cast<std::size_t>(r)] = true;
   }
-  return gated_combine(ys, gate, Tensor<std::int32_t, B>::from_host(Shape{rows}, row_of_slot));
+  return gated_combine(ys, gate, BoundedIds<B>::from_host("gated_combine", Shape{rows}, row_of_slot, rows, "row"));
 }
 
 }  // namespace megacpp

@@ -216,15 +216,12 @@ struct LM {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
     const index_t batch = static_cast<index_t>(tokens.size());
     check(batch > 0, "LM::step_logits", "needs one token per row, got none");
-    for (index_t b = 0; b < batch; ++b) {
-      const std::int32_t id = tokens[static_cast<std::size_t>(b)];
-      check(id >= 0 && id < D.vocab, "LM::step_logits", "row ", b, ": token id ", id, " is outside the vocabulary [0, ",
-            D.vocab, ")");
-    }
+    // Checked here, on the host, so the embedding needs no pass over device memory (no sync).
+    const auto ids = BoundedIds<B>::from_host("LM::step_logits", Shape{batch}, tokens, D.vocab, "token");
     std::apply([&](const auto&... c) { (check_cache_rows(c, batch), ...); }, cache);
     std::vector<bool> new_document(static_cast<std::size_t>(batch));
     for (std::size_t b = 0; b < tokens.size(); ++b) new_document[b] = tokens[b] == bos_id;
-    V x = embedding_forward(Tensor<std::int32_t, B>::from_host(Shape{batch}, tokens));  // (batch, d_model)
+    V x = megacpp::embedding(embedding.var, ids);  // (batch, d_model)
     step_blocks(x, cache, new_document, std::make_index_sequence<D.n_layers>{});
     return logits(rmsnorm(x, norm_eps));
   }

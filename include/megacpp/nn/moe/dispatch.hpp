@@ -22,6 +22,7 @@
 #include "megacpp/autograd/function.hpp"
 #include "megacpp/autograd/ops/elementwise.hpp"
 #include "megacpp/autograd/ops/embedding.hpp"
+#include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/kernels/expert_routing.hpp"
 
 namespace megacpp {
@@ -54,9 +55,11 @@ struct DispatchPlan {
   index_t k = 0;        ///< experts per token
   index_t experts = 0;  ///< routed experts
   std::vector<index_t> offsets;          ///< experts + 1, host: group layout of the sorted buffer
-  Tensor<std::int32_t, B> score_index;   ///< (tokens * k): t * experts + e for slot j of token t, best first
-  Tensor<std::int32_t, B> token_of_row;  ///< (rows): the token each sorted row came from
-  Tensor<std::int32_t, B> row_of_slot;   ///< (k * tokens): slot j of token t sits at row [j * tokens + t]
+  // The kernel's outputs, in backend memory and in range by its contract: the gathers by them
+  // check only the bounds (megacpp/core/bounded_ids.hpp), with no device-to-host sync.
+  BoundedIds<B> score_index;   ///< (tokens * k) < tokens * experts: t * experts + e for slot j of token t, best first
+  BoundedIds<B> token_of_row;  ///< (rows) < tokens: the token each sorted row came from
+  BoundedIds<B> row_of_slot;   ///< (k * tokens) < rows: slot j of token t sits at row [j * tokens + t]
 
   /// Each token's k experts by the largest scores (tokens, E) plus `bias` (E, host; null: none),
   /// ties to the lower expert index, and a stable sort of the pairs by expert. Throws on a
@@ -73,16 +76,18 @@ struct DispatchPlan {
     p.k = k;
     p.experts = params.experts;
     p.offsets.assign(static_cast<std::size_t>(p.experts + 1), 0);
-    p.score_index = Tensor<std::int32_t, B>(Shape{params.rows()});
-    p.token_of_row = Tensor<std::int32_t, B>(Shape{params.rows()});
-    p.row_of_slot = Tensor<std::int32_t, B>(Shape{params.rows()});
+    Tensor<std::int32_t, B> score_index(Shape{params.rows()}), token_of_row(Shape{params.rows()}),
+        row_of_slot(Shape{params.rows()});
     Tensor<double, B> bias_on_backend;
     if (bias) bias_on_backend = Tensor<double, B>::from_host(Shape{p.experts}, *bias);
     const kernels::RoutingFault fault = kernels::ExpertRouting<B>::template route<T>(
-        params, {scores.data(), bias ? bias_on_backend.data() : nullptr, p.score_index.data(), p.token_of_row.data(),
-                 p.row_of_slot.data(), p.offsets.data()});
+        params, {scores.data(), bias ? bias_on_backend.data() : nullptr, score_index.data(), token_of_row.data(),
+                 row_of_slot.data(), p.offsets.data()});
     check(!fault, "MoE router", "score of token ", fault.token, " for expert ", fault.expert, " is ", fault.score,
           ": the router's input or weights are not finite");
+    p.score_index = BoundedIds<B>::by_contract(std::move(score_index), params.tokens * params.experts);
+    p.token_of_row = BoundedIds<B>::by_contract(std::move(token_of_row), params.tokens);
+    p.row_of_slot = BoundedIds<B>::by_contract(std::move(row_of_slot), params.rows());
     return p;
   }
 
@@ -96,7 +101,7 @@ struct DispatchPlan {
 
   /// Each token's k experts (tokens, k), best first, copied to the host (tests, host-side policies).
   std::vector<std::int32_t> selected_experts() const {
-    std::vector<std::int32_t> s = score_index.to_host();
+    std::vector<std::int32_t> s = score_index.ids().to_host();
     for (std::size_t i = 0; i < s.size(); ++i) s[i] -= static_cast<std::int32_t>(static_cast<index_t>(i) / k * experts);
     return s;
   }

@@ -1,0 +1,80 @@
+/// \file
+/// megacpp/core/bounded_ids.hpp: int32 ids in backend memory, each known to lie in [0, bound).
+///
+/// An op that gathers or scatters rows by id must know the ids are rows before it reads: a token
+/// id >= vocab is bad input and gets an error naming it. Checking costs one pass over the ids
+/// (B::minmax_index), and on CUDA a device-to-host copy of its two results, a sync that stalls
+/// the stream. Ids that a kernel wrote are valid by its contract's postcondition (the
+/// ExpertRouting kernel's gate indices, sorted-row tokens and slot rows, megacpp/core/kernels/
+/// expert_routing.hpp), and a MoE layer gathers by them three times per forward. So the bound
+/// travels with the ids as a type: `checked` is the one check where ids enter from outside,
+/// `by_contract` is what a kernel's caller wraps its outputs in, and the ops that take
+/// BoundedIds compare only the bound, on the host.
+///
+/// Builds without NDEBUG (the Debug and sanitizer builds) check `by_contract` ids too, so the
+/// tests verify every contract's claim on every call.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "megacpp/core/error.hpp"
+#include "megacpp/core/tensor.hpp"
+
+namespace megacpp {
+
+/// int32 ids in backend memory with a bound every id is known to be below (see the file comment).
+template <Backend B>
+class BoundedIds {
+ public:
+  /// No ids, bound 0.
+  BoundedIds() = default;
+
+  /// Checks every id against [0, bound) and throws naming `op`, `what` and the offending value.
+  static BoundedIds checked(const char* op, Tensor<std::int32_t, B> ids, index_t bound, const char* what) {
+    check_range(op, ids, bound, what);
+    return BoundedIds(std::move(ids), bound);
+  }
+
+  /// Host ids checked on the host (naming the first one out of range and its position), then
+  /// copied to the backend: no pass over backend memory, no sync.
+  static BoundedIds from_host(const char* op, const Shape& shape, const std::vector<std::int32_t>& ids, index_t bound,
+                              const char* what) {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      check(ids[i] >= 0 && ids[i] < bound, op, what, " id ", ids[i], " at [", i, "] is outside [0, ", bound, ")");
+    return BoundedIds(Tensor<std::int32_t, B>::from_host(shape, ids), bound);
+  }
+
+  /// Ids a kernel wrote in [0, bound) by its contract; not checked where NDEBUG is defined.
+  static BoundedIds by_contract(Tensor<std::int32_t, B> ids, index_t bound) {
+#ifndef NDEBUG
+    check_range("BoundedIds::by_contract", ids, bound, "kernel output");
+#endif
+    return BoundedIds(std::move(ids), bound);
+  }
+
+  /// The ids.
+  const Tensor<std::int32_t, B>& ids() const { return ids_; }
+  /// Every id is in [0, bound()).
+  index_t bound() const { return bound_; }
+  /// Number of ids.
+  index_t numel() const { return ids_.numel(); }
+  /// Backend pointer to the first id, read-only.
+  const std::int32_t* data() const { return ids_.data(); }
+
+ private:
+  BoundedIds(Tensor<std::int32_t, B> ids, index_t bound) : ids_(std::move(ids)), bound_(bound) {}
+
+  static void check_range(const char* op, const Tensor<std::int32_t, B>& ids, index_t bound, const char* what) {
+    if (ids.numel() == 0) return;
+    const auto [lo, hi] = B::minmax_index(ids.numel(), ids.data());
+    check(lo >= 0, op, what, " id ", lo, " is negative");
+    check(hi < bound, op, what, " id ", hi, " >= ", bound);
+  }
+
+  Tensor<std::int32_t, B> ids_;
+  index_t bound_ = 0;
+};
+
+}  // namespace megacpp
