@@ -311,25 +311,37 @@ Case<float, B> gemm_bf16_case() {
 }
 
 // The GroupedGemm contract on bf16 operands (fp32 sums and results, the MoE experts' products
-// under Bf16Mixed): forward, then the backward adding into non-zero dX and dW, over uneven groups
-// with an empty one and sizes past a tile. A float case only, like gemm_bf16's.
+// under Bf16Mixed): forward, then the backward adding into non-zero dX and dW (either left out:
+// null, as for a frozen input or weight), over uneven groups with empty ones and sizes past a
+// tile. A float case only, like gemm_bf16's. Variant 0: every gradient; 1: the last group empty,
+// dW null; 2: the first and last groups empty, dX null.
+template <Backend B, int kVariant>
+Outputs grouped_gemm_bf16_outputs(Harness<float, B>& h) {
+  const std::vector<index_t> offsets = kVariant == 0   ? std::vector<index_t>{0, 9, 9, 26, 27, 60}
+                                       : kVariant == 1 ? std::vector<index_t>{0, 12, 30, 30}
+                                                       : std::vector<index_t>{0, 0, 17, 17};
+  const bool with_dx = kVariant != 2, with_dw = kVariant != 1;
+  const index_t groups = static_cast<index_t>(offsets.size()) - 1, k = 40, n = 70, rows = offsets.back();
+  const kernels::GroupedGemmParams p{groups, k, n, offsets.data()};
+  const Tensor<bf16, B> x = h.uniform({rows, k}).template to<bf16>();
+  const Tensor<bf16, B> w = h.uniform({groups, n, k}).template to<bf16>();
+  const Tensor<bf16, B> dy = h.uniform({rows, n}).template to<bf16>();
+  Tensor<float, B> y(Shape{rows, n});
+  Tensor<float, B> dx = h.uniform({rows, k}), dw = h.uniform({groups, n, k});
+  kernels::GroupedGemm<B>::template forward<float, bf16>(p, {x.data(), w.data(), y.data()});
+  kernels::GroupedGemm<B>::template backward<float, bf16>(
+      p, {x.data(), w.data(), nullptr}, {dy.data(), with_dx ? dx.data() : nullptr, with_dw ? dw.data() : nullptr});
+  // A null gradient's buffer is compared too: it must come back as it was.
+  return Outputs{Harness<float, B>::doubles(y), Harness<float, B>::doubles(dx), Harness<float, B>::doubles(dw)};
+}
+
 template <Backend B>
-Case<float, B> grouped_gemm_bf16_case() {
-  return {"GroupedGemm on bf16 operands: 5 uneven groups (one empty), K 40, N 70, backward into non-zero grads",
-          [](Harness<float, B>& h) {
-            const std::vector<index_t> offsets{0, 9, 9, 26, 27, 60};
-            const index_t groups = 5, k = 40, n = 70, rows = offsets.back();
-            const kernels::GroupedGemmParams p{groups, k, n, offsets.data()};
-            const Tensor<bf16, B> x = h.uniform({rows, k}).template to<bf16>();
-            const Tensor<bf16, B> w = h.uniform({groups, n, k}).template to<bf16>();
-            const Tensor<bf16, B> dy = h.uniform({rows, n}).template to<bf16>();
-            Tensor<float, B> y(Shape{rows, n});
-            Tensor<float, B> dx = h.uniform({rows, k}), dw = h.uniform({groups, n, k});
-            kernels::GroupedGemm<B>::template forward<float, bf16>(p, {x.data(), w.data(), y.data()});
-            kernels::GroupedGemm<B>::template backward<float, bf16>(p, {x.data(), w.data(), nullptr},
-                                                                    {dy.data(), dx.data(), dw.data()});
-            return Outputs{Harness<float, B>::doubles(y), Harness<float, B>::doubles(dx), Harness<float, B>::doubles(dw)};
-          }};
+void push_grouped_gemm_bf16_cases(std::vector<Case<float, B>>& cases) {
+  cases.push_back({"GroupedGemm on bf16 operands: 5 uneven groups (one empty), K 40, N 70, backward into non-zero grads",
+                   grouped_gemm_bf16_outputs<B, 0>});
+  cases.push_back({"GroupedGemm on bf16 operands: the last group empty, dX only (dW null)", grouped_gemm_bf16_outputs<B, 1>});
+  cases.push_back(
+      {"GroupedGemm on bf16 operands: the first and last groups empty, dW only (dX null)", grouped_gemm_bf16_outputs<B, 2>});
 }
 
 // Every case, op cases first; both test translation units index into this one list.
@@ -339,7 +351,7 @@ std::vector<Case<T, B>> all_cases() {
   for (auto& c : kernel_cases<T, B>()) cases.push_back(c);
   if constexpr (std::is_same_v<T, float>) {
     cases.push_back(gemm_bf16_case<B>());
-    cases.push_back(grouped_gemm_bf16_case<B>());
+    push_grouped_gemm_bf16_cases(cases);
   }
   return cases;
 }

@@ -2,8 +2,9 @@
 // semantics and reference: cpu/detail/expert_routing.hpp).
 //
 //   1. top_k_experts_kernel: one thread per token runs kernels::top_k_experts, the CPU's scan (keys
-//      in double, a strict `>` in expert order), so both backends pick the same experts; a non-finite score is recorded by
-//      atomicMin on its flat index, which leaves the first in (token, expert) order on any schedule
+//      in double, a strict `>` in expert order), so both backends pick the same experts; a
+//      non-finite score is recorded by atomicMin on its flat index, which leaves the first in
+//      (token, expert) order on any schedule
 //   2. CUB's radix sort of the (token, slot) pairs by expert over the bits of E - 1: stable, so
 //      within an expert the pairs keep their order, as the CPU's counting sort does
 //   3. Thrust's vectorised lower_bound of 0, 1, ..., E in the sorted experts: the group offsets
