@@ -42,22 +42,34 @@ TEST_CASE("BoundedIds: checked where ids enter, only the bound compared where th
   // Host ids are checked on the host, naming the position.
   CHECK_THROWS_WITH(BoundedIds<Cpu>::from_host("decode", Shape{3}, {1, 2, 12}, 10, "token"),
                     Contains("decode: token id 12 at [2] is outside [0, 10)"));
-  CHECK_THROWS_WITH(BoundedIds<Cpu>::from_host("decode", Shape{2}, {-1, 2}, 10, "token"), Contains("token id -1 at [0]"));
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::from_host("decode", Shape{2}, {-1, 2}, 10, "token"),
+                    Contains("token id -1 at [0]"));
   const BoundedIds<Cpu> host = BoundedIds<Cpu>::from_host("decode", Shape{1, 2}, {9, 0}, 10, "token");
   CHECK((host.ids().shape() == Shape{1, 2} && host.ids().to_host() == std::vector<std::int32_t>{9, 0}));
   // A table with fewer rows than the bound is refused without reading the ids.
-  CHECK_THROWS_WITH(embedding(random_param({9, 4}, 1), ten), Contains("embedding: ids bounded by 10 index a table of 9 rows"));
+  CHECK_THROWS_WITH(embedding(random_param({9, 4}, 1), ten),
+                    Contains("embedding: token ids bounded by 10 index 9 rows"));
   CHECK(embedding(random_param({10, 4}, 1), ten).shape() == Shape{3, 4});
+  // A write into the ids' storage (through any copy) after the check is refused: the bound no
+  // longer says anything about them.
+  auto writable = CpuTensor<std::int32_t>::from_host({2}, {0, 1});
+  const BoundedIds<Cpu> checked_once = BoundedIds<Cpu>::checked("loader", writable, 10, "token");
+  CHECK(embedding(random_param({10, 4}, 1), checked_once).shape() == Shape{2, 4});
+  writable.data()[1] = 99;
+  CHECK_THROWS_WITH(embedding(random_param({10, 4}, 1), checked_once),
+                    Contains("embedding: token ids were written after their bound was checked"));
   auto ys = random_param({6, 4}, 2), gate = random_param({3, 2}, 3);
-  const auto rows = BoundedIds<Cpu>::checked("router", CpuTensor<std::int32_t>::from_host({6}, {5, 4, 3, 2, 1, 0}), 7, "row");
-  CHECK_THROWS_WITH(gated_combine(ys, gate, rows), Contains("gated_combine: row_of_slot is bounded by 7, ys has 6 rows"));
+  const auto rows =
+      BoundedIds<Cpu>::checked("router", CpuTensor<std::int32_t>::from_host({6}, {5, 4, 3, 2, 1, 0}), 7, "row");
+  CHECK_THROWS_WITH(gated_combine(ys, gate, rows), Contains("gated_combine: row ids bounded by 7 index 6 rows"));
   // A kernel's outputs are trusted by its contract where NDEBUG is defined, checked where it is not
   // (the ASan preset's Debug build checks every MoE layer's routing this way).
   const auto out_of_range = CpuTensor<std::int32_t>::from_host({2}, {0, 6});
 #ifdef NDEBUG
-  CHECK(BoundedIds<Cpu>::by_contract(out_of_range, 6).bound() == 6);
+  CHECK(BoundedIds<Cpu>::by_contract(out_of_range, 6, "row_of_slot").bound() == 6);
 #else
-  CHECK_THROWS_WITH(BoundedIds<Cpu>::by_contract(out_of_range, 6), Contains("kernel output id 6 >= 6"));
+  CHECK_THROWS_WITH(BoundedIds<Cpu>::by_contract(out_of_range, 6, "row_of_slot"),
+                    Contains("row_of_slot id 6 >= 6"));
 #endif
 }
 

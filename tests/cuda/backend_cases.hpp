@@ -339,9 +339,10 @@ template <Backend B>
 void push_grouped_gemm_bf16_cases(std::vector<Case<float, B>>& cases) {
   cases.push_back({"GroupedGemm on bf16 operands: 5 uneven groups (one empty), K 40, N 70, backward into non-zero grads",
                    grouped_gemm_bf16_outputs<B, 0>});
-  cases.push_back({"GroupedGemm on bf16 operands: the last group empty, dX only (dW null)", grouped_gemm_bf16_outputs<B, 1>});
-  cases.push_back(
-      {"GroupedGemm on bf16 operands: the first and last groups empty, dW only (dX null)", grouped_gemm_bf16_outputs<B, 2>});
+  cases.push_back({"GroupedGemm on bf16 operands: the last group empty, dX only (dW null)",
+                   grouped_gemm_bf16_outputs<B, 1>});
+  cases.push_back({"GroupedGemm on bf16 operands: the first and last groups empty, dW only (dX null)",
+                   grouped_gemm_bf16_outputs<B, 2>});
 }
 
 // Every case, op cases first; both test translation units index into this one list.

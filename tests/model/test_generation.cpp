@@ -181,7 +181,8 @@ TEST_CASE("Generation: errors name the capacity, the vocabulary and the batch", 
   // a BOS starts a new document, so the same cache has room again
   CHECK_NOTHROW(model.step_logits({kBos}, cache, kBos));
 
-  CHECK_THROWS_WITH((model.step_logits({264}, cache, kBos)), Contains("LM::step_logits: token id 264 at [0] is outside [0, 264)"));
+  CHECK_THROWS_WITH((model.step_logits({264}, cache, kBos)),
+                    Contains("LM::step_logits: token id 264 at [0] is outside [0, 264)"));
   CHECK_THROWS_WITH((model.step_logits({-1}, cache, kBos)), Contains("token id -1"));
 
   auto two_rows = model.make_cache(2, 8);

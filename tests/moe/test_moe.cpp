@@ -196,7 +196,8 @@ TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[m
   CHECK(p.score_index.ids().to_host() == std::vector<std::int32_t>{2, 0, 4, 7, 10, 11});  // t * 4 + e
   CHECK(p.offsets == std::vector<index_t>{0, 2, 2, 4, 6});
   CHECK(p.token_of_row.ids().to_host() == std::vector<std::int32_t>{0, 1, 0, 2, 1, 2});
-  CHECK(p.row_of_slot.ids().to_host() == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});  // slot 0 of tokens 0..2, then slot 1
+  // slot 0 of tokens 0..2, then slot 1
+  CHECK(p.row_of_slot.ids().to_host() == std::vector<std::int32_t>{2, 1, 3, 0, 4, 5});
   CHECK(p.load().tokens_per_expert == std::vector<index_t>{2, 0, 2, 2});
 
   // No tokens: an empty plan, every group empty.
@@ -227,7 +228,8 @@ TEST_CASE("DispatchPlan: a stable sort by expert, every (token, slot) once", "[m
   std::vector<index_t> pairs(static_cast<std::size_t>(tokens * k));
   std::iota(pairs.begin(), pairs.end(), index_t{0});
   std::stable_sort(pairs.begin(), pairs.end(), [&](index_t a, index_t b) { return sel[a] < sel[b]; });
-  const std::vector<std::int32_t> token_of_row = one.token_of_row.ids().to_host(), row_of_slot = one.row_of_slot.ids().to_host();
+  const std::vector<std::int32_t> token_of_row = one.token_of_row.ids().to_host();
+  const std::vector<std::int32_t> row_of_slot = one.row_of_slot.ids().to_host();
   for (index_t r = 0; r < tokens * k; ++r) {
     const index_t pair = pairs[static_cast<std::size_t>(r)], t = pair / k, j = pair % k;
     REQUIRE(token_of_row[r] == t);

@@ -3,16 +3,20 @@
 ///
 /// An op that gathers or scatters rows by id must know the ids are rows before it reads: a token
 /// id >= vocab is bad input and gets an error naming it. Checking costs one pass over the ids
-/// (B::minmax_index), and on CUDA a device-to-host copy of its two results, a sync that stalls
-/// the stream. Ids that a kernel wrote are valid by its contract's postcondition (the
-/// ExpertRouting kernel's gate indices, sorted-row tokens and slot rows, megacpp/core/kernels/
-/// expert_routing.hpp), and a MoE layer gathers by them three times per forward. So the bound
-/// travels with the ids as a type: `checked` is the one check where ids enter from outside,
-/// `by_contract` is what a kernel's caller wraps its outputs in, and the ops that take
-/// BoundedIds compare only the bound, on the host.
+/// (B::minmax_index), and on CUDA a device-to-host copy of its two results, which waits for the
+/// stream. Ids that a kernel wrote are valid by its contract's postcondition (the ExpertRouting
+/// kernel's gate indices, sorted-row tokens and slot rows:
+/// megacpp/core/kernels/expert_routing.hpp), and a MoE layer gathers by them three times per
+/// forward. So the bound travels with the ids as a type, made in one of three ways:
+///   - `checked`: ids from outside, in backend memory (one pass, as above);
+///   - `from_host`: ids from outside, on the host, checked there before the upload;
+///   - `by_contract`: a kernel's outputs, in range by its contract. Never for input.
+/// The ops that take BoundedIds compare the bound, and that the ids' storage has not been written
+/// since (Tensor::write_count, a host counter): no pass over the ids, no read back.
 ///
-/// Builds without NDEBUG (the Debug and sanitizer builds) check `by_contract` ids too, so the
-/// tests verify every contract's claim on every call.
+/// Builds without NDEBUG (Debug, the ASan preset: CPU only) check `by_contract` ids as `checked`
+/// does, so the CPU tests verify the contract on every call; the CUDA kernels' outputs are compared
+/// with the CPU's, exactly, by tests/cuda and tests/cuda_emulation.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +42,7 @@ class BoundedIds {
   }
 
   /// Host ids checked on the host (naming the first one out of range and its position), then
-  /// copied to the backend: no pass over backend memory, no sync.
+  /// copied to the backend: no pass over backend memory and nothing read back.
   static BoundedIds from_host(const char* op, const Shape& shape, const std::vector<std::int32_t>& ids, index_t bound,
                               const char* what) {
     for (std::size_t i = 0; i < ids.size(); ++i)
@@ -46,10 +50,13 @@ class BoundedIds {
     return BoundedIds(Tensor<std::int32_t, B>::from_host(shape, ids), bound);
   }
 
-  /// Ids a kernel wrote in [0, bound) by its contract; not checked where NDEBUG is defined.
-  static BoundedIds by_contract(Tensor<std::int32_t, B> ids, index_t bound) {
+  /// `what`, ids a kernel wrote in [0, bound) by its contract; not checked where NDEBUG is defined.
+  /// Never for ids that came from outside the library: those take `checked` or `from_host`.
+  static BoundedIds by_contract(Tensor<std::int32_t, B> ids, index_t bound, const char* what) {
 #ifndef NDEBUG
-    check_range("BoundedIds::by_contract", ids, bound, "kernel output");
+    check_range("BoundedIds::by_contract", ids, bound, what);
+#else
+    (void)what;
 #endif
     return BoundedIds(std::move(ids), bound);
   }
@@ -63,8 +70,18 @@ class BoundedIds {
   /// Backend pointer to the first id, read-only.
   const std::int32_t* data() const { return ids_.data(); }
 
+  /// Throws naming `op` unless the bound is at most `rows` and the ids' storage has not been
+  /// written (through any copy of the tensor) since the bound was established.
+  void check_for(const char* op, index_t rows, const char* what) const {
+    check(bound_ <= rows, op, what, " ids bounded by ", bound_, " index ", rows, " rows");
+    check(ids_.write_count() == writes_, op, what, " ids were written after their bound was checked: check them again");
+  }
+
  private:
-  BoundedIds(Tensor<std::int32_t, B> ids, index_t bound) : ids_(std::move(ids)), bound_(bound) {}
+  BoundedIds(Tensor<std::int32_t, B> ids, index_t bound) : ids_(std::move(ids)), bound_(bound) {
+    ids_.count_writes();
+    writes_ = ids_.write_count();
+  }
 
   static void check_range(const char* op, const Tensor<std::int32_t, B>& ids, index_t bound, const char* what) {
     if (ids.numel() == 0) return;
@@ -75,6 +92,7 @@ class BoundedIds {
 
   Tensor<std::int32_t, B> ids_;
   index_t bound_ = 0;
+  std::uint64_t writes_ = 0;  // the storage's write count when the bound was established
 };
 
 }  // namespace megacpp

@@ -18,12 +18,12 @@ void check_ids(const char* op, const Tensor<std::int32_t, B>& ids, index_t limit
 }  // namespace detail
 
 /// table (V, D), ids (...) with a bound <= V (megacpp/core/bounded_ids.hpp) -> (..., D). Only the
-/// bound is compared here: no pass over the ids, no device-to-host sync.
+/// bound and the ids' write count are compared here: no pass over the ids, nothing read back.
 template <class T, Backend B>
 Var<T, B> embedding(const Var<T, B>& table, const BoundedIds<B>& ids) {
   check(table.rank() == 2, "embedding", "table must be (vocab, dim), got shape ", table.shape());
   const index_t vocab = table.shape()[0], dim = table.shape()[1];
-  check(ids.bound() <= vocab, "embedding", "ids bounded by ", ids.bound(), " index a table of ", vocab, " rows");
+  ids.check_for("embedding", vocab, "token");
   Tensor<T, B> out(ids.ids().shape().concat(Shape{dim}));
   B::template gather_rows<T>(ids.numel(), dim, table.value().data(), ids.data(), out.data());
   return make_result("embedding", std::move(out), [table, ids, dim](const Tensor<T, B>& g) mutable {

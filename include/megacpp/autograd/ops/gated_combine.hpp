@@ -39,8 +39,7 @@ template <class T, Backend B>
 Var<T, B> gated_combine(const Var<T, B>& ys, const Var<T, B>& gate, const BoundedIds<B>& row_of_slot) {
   const char* op = "gated_combine";
   const kernels::GatedCombineParams p = detail::gated_combine_params(ys.shape(), gate.shape(), row_of_slot.numel());
-  check(row_of_slot.bound() <= p.rows(), op, "row_of_slot is bounded by ", row_of_slot.bound(), ", ys has ", p.rows(),
-        " rows");
+  row_of_slot.check_for(op, p.rows(), "row");
   Tensor<T, B> y(Shape{p.tokens, p.d});
   kernels::GatedCombine<B>::template forward<T>(p, {row_of_slot.data(), gate.value().data(), ys.value().data(), y.data()});
   return make_result(op, std::move(y), [ys, gate, rows = row_of_slot, p](const Tensor<T, B>& g) mutable {

@@ -49,6 +49,8 @@ struct ExpertRoutingParams {
           tokens, ", experts ", experts, ", k ", k);
     check(tokens <= std::numeric_limits<std::int32_t>::max() / experts, op, "tokens * experts = ", tokens, " * ", experts,
           " exceeds the int32 indices");
+    // The group offsets search for 0, 1, ..., experts as int32 expert ids.
+    check(experts < std::numeric_limits<std::int32_t>::max(), op, "experts = ", experts, " exceeds the int32 expert ids");
   }
 };
 

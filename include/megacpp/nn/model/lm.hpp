@@ -216,7 +216,7 @@ struct LM {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
     const index_t batch = static_cast<index_t>(tokens.size());
     check(batch > 0, "LM::step_logits", "needs one token per row, got none");
-    // Checked here, on the host, so the embedding needs no pass over device memory (no sync).
+    // Checked here, on the host: the embedding makes no pass over device memory and reads nothing back.
     const auto ids = BoundedIds<B>::from_host("LM::step_logits", Shape{batch}, tokens, D.vocab, "token");
     std::apply([&](const auto&... c) { (check_cache_rows(c, batch), ...); }, cache);
     std::vector<bool> new_document(static_cast<std::size_t>(batch));

@@ -85,9 +85,9 @@ struct DispatchPlan {
                  row_of_slot.data(), p.offsets.data()});
     check(!fault, "MoE router", "score of token ", fault.token, " for expert ", fault.expert, " is ", fault.score,
           ": the router's input or weights are not finite");
-    p.score_index = BoundedIds<B>::by_contract(std::move(score_index), params.tokens * params.experts);
-    p.token_of_row = BoundedIds<B>::by_contract(std::move(token_of_row), params.tokens);
-    p.row_of_slot = BoundedIds<B>::by_contract(std::move(row_of_slot), params.rows());
+    p.score_index = BoundedIds<B>::by_contract(std::move(score_index), params.tokens * params.experts, "score_index");
+    p.token_of_row = BoundedIds<B>::by_contract(std::move(token_of_row), params.tokens, "token_of_row");
+    p.row_of_slot = BoundedIds<B>::by_contract(std::move(row_of_slot), params.rows(), "row_of_slot");
     return p;
   }
 
