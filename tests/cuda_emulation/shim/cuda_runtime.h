@@ -103,6 +103,18 @@ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, const c
   return emu::warp_shuffle<T, &emu::down_source>("__shfl_down_sync", mask, var, delta, width, file, line);
 }
 
+// ---- atomics ---------------------------------------------------------------------------------------
+
+// atomicMin ("Atomic Functions"): stores min(*address, val) and returns the old value. The
+// threads are cooperative fibers that switch only at barriers and warp intrinsics, so a plain
+// read-modify-write is atomic here; the order threads reach it in is the schedule's (the
+// reversed schedule shows a result that depends on it).
+inline unsigned long long atomicMin(unsigned long long* address, unsigned long long val) {
+  const unsigned long long old = *address;
+  if (val < old) *address = val;
+  return old;
+}
+
 // ---- the runtime API names detail/check.cuh mentions (never called on a device path) ------------
 
 enum cudaError_t { cudaSuccess = 0 };
