@@ -22,6 +22,10 @@ namespace {
 
 namespace moe = megacpp::cuda::moe;
 
+// The sort's key width: ids 0 .. E - 1 need the bits of E - 1 (one bit at least).
+static_assert(moe::expert_key_bits(1) == 1 && moe::expert_key_bits(2) == 1 && moe::expert_key_bits(3) == 2 &&
+              moe::expert_key_bits(256) == 8 && moe::expert_key_bits(257) == 9);
+
 template <class T>
 kernels::RoutingFault route(const kernels::ExpertRoutingParams& p, const kernels::ExpertRoutingArgs<T>& a) {
   p.validate("emulated_route_experts");
@@ -40,9 +44,7 @@ kernels::RoutingFault route(const kernels::ExpertRoutingParams& p, const kernels
 
   // 2. CUB's SortPairs(keys = selected, values = 0, 1, ..., rows - 1) over bits [0, end_bit): a
   // stable LSD radix sort, so the pairs in order of those bits of the key, ties in pair order
-  int end_bit = 1;
-  while (end_bit < 31 && (index_t{1} << end_bit) < E) ++end_bit;
-  const std::uint32_t bits = (std::uint32_t{1} << end_bit) - 1;
+  const std::uint32_t bits = (std::uint32_t{1} << moe::expert_key_bits(E)) - 1;
   const auto key = [&](std::int32_t pair) { return static_cast<std::uint32_t>(selected[static_cast<std::size_t>(pair)]) & bits; };
   std::vector<std::int32_t> slot_of_row(count);
   std::iota(slot_of_row.begin(), slot_of_row.end(), 0);

@@ -53,8 +53,7 @@ kernels::RoutingFault route_experts(const kernels::ExpertRoutingParams& p, const
                                                                        a.score_index, first_fault.get());
   MEGACPP_CUDA_CHECK_LAUNCH(top_k_experts_kernel);
 
-  int end_bit = 1;  // the bits of the largest expert id, E - 1
-  while (end_bit < 31 && (index_t{1} << end_bit) < E) ++end_bit;
+  const int end_bit = expert_key_bits(E);
   iota_kernel<std::int32_t><<<grid_for(rows), kThreads, 0, kStream>>>(rows, pairs.get());
   MEGACPP_CUDA_CHECK_LAUNCH(iota_kernel);
   const int items = static_cast<int>(rows);

@@ -14,6 +14,14 @@ namespace megacpp::cuda::moe {
 
 inline constexpr unsigned long long kNoFault = std::numeric_limits<unsigned long long>::max();
 
+// The bits of the largest expert id, E - 1 (at least 1, at most 31): the radix sort's end_bit, so
+// it makes ceil(bits / 8) passes rather than 4.
+constexpr int expert_key_bits(index_t experts) {
+  int bits = 1;
+  while (bits < 31 && (index_t{1} << bits) < experts) ++bits;
+  return bits;
+}
+
 // selected (tokens, k) and score_index (tokens, k): token t's k experts, best first.
 template <class T>
 __global__ void top_k_experts_kernel(index_t tokens, index_t experts, index_t k, const T* scores, const double* bias,
