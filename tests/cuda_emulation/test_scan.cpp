@@ -194,6 +194,14 @@ TEST_CASE("emulated CUDA scan: Mamba-3 MIMO rank 2, groups 1 < heads 2, a state 
   check_against_cpu("MIMO rank 2", c, 611);
 }
 
+// The sums split into runs (SumSplit, detail/ssm/scan.cuh) at the Mamba-3 layer's head size (N 128,
+// P 64: y's and dv's sums in 4 runs of 32 terms, dq's and dk's in 2), and sums with too many outputs
+// for two runs each (R N = 160, R P = 140: one thread walks each whole sum).
+TEST_CASE("emulated CUDA scan: sums split into runs at the layer's head size, and whole", "[scan]") {
+  check_against_cpu("runs of 32", make_case({{-3, 6}, {9}}, {2, 1, 1, 128, 64, 4, true, true}, 670), 671);
+  check_against_cpu("whole sums", make_case({{2, 5}, {7}}, {1, 1, 2, 80, 70, 4, true, true}, 680), 681);
+}
+
 TEST_CASE("emulated CUDA scan: MIMO rank 3 without D, chunk 2", "[scan]") {
   const Case c = make_case({{3, 1, 5}, {-4, 5}}, {2, 2, 3, 2, 2, 2, true, false}, 620);
   check_against_cpu("MIMO rank 3, no D", c, 621);

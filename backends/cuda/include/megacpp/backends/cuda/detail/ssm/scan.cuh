@@ -30,10 +30,12 @@
 //
 // In a per-chunk block the threads own the (N, P) state elements (thread i owns e = i,
 // i + blockDim, ...; n = e / P, p = e % P), each element's chain over tokens on one thread; the
-// state lives in global scratch (L1/L2 resident), so N P may be any size: no shared memory beyond
-// block_reduce's 32 values. Sums across elements (y over n, dq and dk over p, the per-token
-// scalars over (n, p)) run after a __syncthreads, each in a fixed order: one thread per output
-// looping in index order, or block_sum's fixed tree. Every token's outputs and gradients are
+// state lives in global scratch (L1/L2 resident), so N P may be any size: shared memory holds only
+// block_reduce's 32 values and the runs' parts below (kThreads values per set of sums). Sums
+// across elements (y and dv over n, dq and dk over p, the per-token scalars over (n, p)) run after
+// a __syncthreads, each in a fixed order: runs of consecutive terms on different threads, each in
+// index order, then the runs in order (SumSplit below; one run per output when the block has no
+// room for two), or block_sum's fixed tree. Every token's outputs and gradients are
 // written by its own chunk's block (a neighbour chunk's values are only read). No atomics:
 // bitwise reproducible.
 //
@@ -65,7 +67,7 @@ using kernels::ScanParams;
 // Blocks of a per-chunk launch that needs per-block scratch (items beyond it are grid-strided),
 // and so the number of per-block scratch slots it allocates: as many as an H100 (132 SMs) holds
 // at once, by ptxas -v's registers for 256 threads (sm_90: forward pass 3 72 in float, 80 in
-// double: 3 blocks per SM; backward pass 3 96 and 128: 2). Launches without per-block scratch use
+// double: 3 blocks per SM; backward pass 3 126 and 128: 2). Launches without per-block scratch use
 // one block per item (grid_per_item).
 inline constexpr index_t kForwardChunkBlocks = 3 * 132;
 inline constexpr index_t kBackwardChunkBlocks = 2 * 132;
@@ -141,6 +143,44 @@ MEGACPP_HD T chunk_token_state(const ScanView<T>& s, index_t bt0, index_t h, con
   const bool doc_start = i == 0 && c.first_in_doc;
   const T pre = doc_start ? T(0) : i == 0 ? entering : entering_state(s, bt0 + i, h, h_prev, n, p);
   return next_state(s, bt0 + i, h, doc_start, pre, n, p);
+}
+
+// A set of a token's per-output sums split across a block (the y, dq, dk and dv contractions of
+// scan_forward.cuh and scan_backward.cuh): `outputs` sums of `terms` terms each, every sum cut into
+// `slices` runs of consecutive terms, run k of output j summed in order by work item
+// w = k * outputs + j into partials[w], then the runs added in run order by the output's thread.
+// One thread walking all the terms is a chain of dependent loads from L2 as long as the sum; the
+// split makes it about terms / slices + slices long, with every work item a different thread
+// while outputs * slices <= threads. slices = 1 (one thread per output walks every term, no
+// partials) where fewer than 2 runs per output fit the block; at most kThreads work items
+// (the kernels' partials arrays) and one term per run.
+struct SumSplit {
+  index_t outputs = 0, terms = 0, slices = 1;
+
+  MEGACPP_HD index_t items() const { return slices > 1 ? outputs * slices : 0; }
+  MEGACPP_HD index_t begin(index_t run) const { return run * terms / slices; }
+  MEGACPP_HD index_t end(index_t run) const { return (run + 1) * terms / slices; }
+};
+
+MEGACPP_HD SumSplit split_sums(index_t outputs, index_t terms, index_t threads) {
+  const index_t lanes = threads < kThreads ? threads : kThreads;
+  index_t slices = outputs > 0 ? lanes / outputs : 1;
+  if (slices > terms) slices = terms;
+  return {outputs, terms, slices >= 2 ? slices : 1};
+}
+
+// acc + sum_{p in [p0, p1)} M[n, p] x[p], p in order; M (N, P) row-major, as the state.
+template <class T>
+MEGACPP_HD T state_row_dot(const T* M, index_t P, index_t n, const T* x, index_t p0, index_t p1, T acc) {
+  for (index_t p = p0; p < p1; ++p) acc += M[n * P + p] * x[p];
+  return acc;
+}
+
+// acc + sum_{n in [n0, n1)} x[n] M[n, p], n in order.
+template <class T>
+MEGACPP_HD T state_column_dot(const T* M, index_t P, index_t p, const T* x, index_t n0, index_t n1, T acc) {
+  for (index_t n = n0; n < n1; ++n) acc += x[n] * M[n * P + p];
+  return acc;
 }
 
 // Checks the sizes: the statement of what the kernels assume.

@@ -20,8 +20,10 @@
 //   then per token, last to first:
 //   phase 1 (thread per state element e = (n, p)): G_t, dU_t (to scratch), A_{t-1} (in place) and
 //            the thread's partial sums of the three per-token scalars; barrier; block_sum of each
-//   phase 2 (thread per (r, n) and per (r, p)): dq, dk (sums over p in order), dv (over n in
-//            order); thread 0 adds the scalars; barrier
+//   phase 2 (work item per run of terms, SumSplit of scan.cuh): the runs' parts of dq, dk (sums
+//            over p) and dv (over n), each run in order; barrier
+//   phase 3 (thread per (r, n) and per (r, p)): dq, dk, dv from the parts in run order (with one
+//            run: the whole sum in order); thread 0 adds the scalars; barrier
 // Every gradient of a token is added by its chunk's block alone: the terms that reach across a
 // chunk boundary (shift_{t+1} A_t at the last token; pre_t = E_c and U_{t-1} in dlog_alpha and
 // dshift at the first) only read the neighbour's inputs or the carried X_c and E_c.
@@ -111,45 +113,97 @@ MEGACPP_HD TokenSums<T> backward_state_phase(const ScanView<T>& s, const ScanBac
   return part;
 }
 
-// Phase 2 for token i of chunk c: dq, dk, dv rows, dD's partial (this thread's (r, p) columns),
-// and, on thread 0, the per-token scalars from the block's totals.
+// The splits of a token's dq and dk sums (R N outputs of P terms each) and dv sums (R P outputs of
+// N terms): SumSplit of scan.cuh. Their runs' parts sit at partials[0, kThreads) (dq),
+// [kThreads, 2 kThreads) (dk) and [2 kThreads, 3 kThreads) (dv).
+struct BackwardSplits {
+  SumSplit qk, v;
+};
+
+template <class T>
+MEGACPP_HD BackwardSplits backward_output_splits(const ScanView<T>& s, index_t threads) {
+  const index_t N = s.sh.d_state, P = s.sh.head_dim, R = s.sh.rank;
+  return {split_sums(R * N, P, threads), split_sums(R * P, N, threads)};
+}
+
+// The row of token i of chunk c and its operands as the output phases read them.
+template <class T>
+struct TokenRows {
+  index_t bt;
+  const T *k, *v, *dy, *H;
+};
+
+template <class T>
+MEGACPP_HD TokenRows<T> token_rows(const ScanView<T>& s, const ScanBackwardArgs<T>& a, index_t b, index_t h,
+                                   const ScanChunk& c, index_t i, const T* Hc) {
+  const index_t bt = b * s.sh.seq + c.start + i;
+  return {bt, s.in.k + s.qk_row(bt, h), s.in.v + s.vy_row(bt, h), a.dy + s.vy_row(bt, h), Hc + i * s.state_size()};
+}
+
+// Phase 2 for token i of chunk c: the runs' parts of dq (sum_p H dy), dk (sum_p dU v) and dv
+// (sum_n dU k) into partials, for the gradients asked for (nothing for a sum of one run).
+template <class T>
+MEGACPP_HD void backward_partials_phase(const ScanView<T>& s, const ScanBackwardArgs<T>& a, index_t b, index_t h,
+                                        const ScanChunk& c, index_t i, const T* Hc, const T* dU, T* partials,
+                                        index_t tid, index_t threads) {
+  const index_t N = s.sh.d_state, P = s.sh.head_dim;
+  const BackwardSplits split = backward_output_splits(s, threads);
+  const TokenRows<T> t = token_rows(s, a, b, h, c, i, Hc);
+  const index_t nq = a.grads.q ? split.qk.items() : 0, nk = a.grads.k ? split.qk.items() : 0;
+  const index_t nv = a.grads.v ? split.v.items() : 0;
+  for (index_t w = tid; w < nq + nk + nv; w += threads) {
+    if (w < nq + nk) {  // dq or dk: output j = (r, n), a run of p
+      const bool is_q = w < nq;
+      const index_t item = is_q ? w : w - nq, j = item % split.qk.outputs, run = item / split.qk.outputs;
+      const index_t r = j / N, n = j % N, p0 = split.qk.begin(run), p1 = split.qk.end(run);
+      partials[(is_q ? 0 : kThreads) + item] =
+          is_q ? state_row_dot(t.H, P, n, t.dy + r * P, p0, p1, T(0)) : state_row_dot(dU, P, n, t.v + r * P, p0, p1, T(0));
+    } else {  // dv: output j = (r, p), a run of n
+      const index_t item = w - nq - nk, j = item % split.v.outputs, run = item / split.v.outputs;
+      partials[2 * kThreads + item] =
+          state_column_dot(dU, P, j % P, t.k + j / P * N, split.v.begin(run), split.v.end(run), T(0));
+    }
+  }
+}
+
+// The runs' parts of output j of a split added in run order, after acc.
+template <class T>
+MEGACPP_HD T add_runs(const SumSplit& split, const T* parts, index_t j, T acc) {
+  for (index_t run = 0; run < split.slices; ++run) acc += parts[run * split.outputs + j];
+  return acc;
+}
+
+// Phase 3 for token i of chunk c: dq, dk, dv rows (from the runs' parts, or with one run the whole
+// sum in order), dD's partial (this thread's (r, p) columns), and, on thread 0, the per-token
+// scalars from the block's totals.
 template <class T>
 MEGACPP_HD void backward_output_phase(const ScanView<T>& s, const ScanBackwardArgs<T>& a, index_t b, index_t h,
-                                      const ScanChunk& c, index_t i, const T* Hc, const T* dU, const TokenSums<T>& total,
-                                      T& dD_partial, index_t tid, index_t threads) {
+                                      const ScanChunk& c, index_t i, const T* Hc, const T* dU, const T* partials,
+                                      const TokenSums<T>& total, T& dD_partial, index_t tid, index_t threads) {
   using std::exp;
-  const index_t N = s.sh.d_state, P = s.sh.head_dim, R = s.sh.rank, bt = b * s.sh.seq + c.start + i;
+  const index_t N = s.sh.d_state, P = s.sh.head_dim;
   const kernels::ScanGradients<T>& g = a.grads;
-  const T* k = s.in.k + s.qk_row(bt, h);
-  const T* v = s.in.v + s.vy_row(bt, h);
-  const T* dy = a.dy + s.vy_row(bt, h);
-  const T* H = Hc + i * s.state_size();
+  const BackwardSplits split = backward_output_splits(s, threads);
+  const TokenRows<T> t = token_rows(s, a, b, h, c, i, Hc);
   if (g.q || g.k)
-    for (index_t j = tid; j < R * N; j += threads) {
-      const index_t r = j / N, n = j % N;
-      if (g.q) {
-        T acc = T(0);
-        for (index_t p = 0; p < P; ++p) acc += H[n * P + p] * dy[r * P + p];
-        g.q[s.dqk_row(bt, h) + j] += acc;
-      }
-      if (g.k) {
-        T acc = T(0);
-        for (index_t p = 0; p < P; ++p) acc += dU[n * P + p] * v[r * P + p];
-        g.k[s.dqk_row(bt, h) + j] += acc;
-      }
+    for (index_t j = tid; j < split.qk.outputs; j += threads) {
+      const index_t r = j / N, n = j % N, at = s.dqk_row(t.bt, h) + j;
+      const bool whole = split.qk.slices == 1;
+      if (g.q) g.q[at] += whole ? state_row_dot(t.H, P, n, t.dy + r * P, 0, P, T(0)) : add_runs(split.qk, partials, j, T(0));
+      if (g.k)
+        g.k[at] += whole ? state_row_dot(dU, P, n, t.v + r * P, 0, P, T(0)) : add_runs(split.qk, partials + kThreads, j, T(0));
     }
   const T D = s.in.D ? s.in.D[h] : T(0);
-  for (index_t j = tid; j < R * P; j += threads) {
-    const index_t r = j / P, p = j % P;
+  for (index_t j = tid; j < split.v.outputs; j += threads) {
     if (g.v) {
-      T acc = D * dy[j];
-      for (index_t n = 0; n < N; ++n) acc += dU[n * P + p] * k[r * N + n];
-      g.v[s.vy_row(bt, h) + j] += acc;
+      const T acc = D * t.dy[j];
+      g.v[s.vy_row(t.bt, h) + j] += split.v.slices == 1 ? state_column_dot(dU, P, j % P, t.k + j / P * N, 0, N, acc)
+                                                        : add_runs(split.v, partials + 2 * kThreads, j, acc);
     }
-    if (g.D) dD_partial += dy[j] * v[j];
+    if (g.D) dD_partial += t.dy[j] * t.v[j];
   }
   if (tid == 0) {
-    const index_t at = s.scalar(bt, h);
+    const index_t at = s.scalar(t.bt, h);
     if (g.gamma) g.gamma[at] += total.dgamma;
     if (!(i == 0 && c.first_in_doc)) {  // a document's first log_alpha and shift multiply zero
       const T alpha = exp(s.in.log_alpha[at]);
@@ -162,6 +216,7 @@ MEGACPP_HD void backward_output_phase(const ScanView<T>& s, const ScanBackwardAr
 // Pass 3: one block per chunk item; scratch per block: (chunk_rows + 2, N, P) = Hc, A, dU.
 template <class T>
 __global__ void scan_backward_kernel(ScanView<T> s, ScanBackwardArgs<T> a, T* scratch, index_t chunk_rows) {
+  __shared__ T partials[3 * kThreads];  // the runs of dq's, dk's and dv's sums (BackwardSplits)
   const index_t tid = threadIdx.x, threads = blockDim.x, NP = s.state_size();
   T* Hc = scratch + static_cast<index_t>(blockIdx.x) * (chunk_rows + 2) * NP;
   T* A = Hc + chunk_rows * NP;
@@ -185,7 +240,9 @@ __global__ void scan_backward_kernel(ScanView<T> s, ScanBackwardArgs<T> a, T* sc
         if (a.grads.log_alpha) total.dlog_alpha = block_sum(part.dlog_alpha);
         if (a.grads.shift) total.dshift = block_sum(part.dshift);
       }
-      backward_output_phase(s, a, b, h, c, i, Hc, dU, total, dD_partial, tid, threads);
+      backward_partials_phase(s, a, b, h, c, i, Hc, dU, partials, tid, threads);
+      __syncthreads();
+      backward_output_phase(s, a, b, h, c, i, Hc, dU, partials, total, dD_partial, tid, threads);
       __syncthreads();  // the next token's phase 1 overwrites dU
     }
     if (a.grads.D) {
