@@ -7,7 +7,8 @@
 #
 # Build both presets first (cmake --workflow --preset test / default: nvcc compiles every CUDA
 # translation unit). Exits non-zero if any test fails or any binary is missing; the benches' JSON
-# lines are gathered in $CUDA_CHECK_OUT (default: cuda-check.jsonl in the current directory).
+# lines are gathered in $CUDA_CHECK_OUT (default: cuda-check.jsonl in the current directory). Last,
+# where ncu is installed, one Mamba step's and one train step's kernels, by time (below).
 set -u
 test_dir=${1:-build/test}
 bench_dir=${2:-build/default}
@@ -54,5 +55,22 @@ for bench in attention mamba m2rnn moe train_step; do
   run "bench_${bench}_cuda" "$bench_dir/bench/$bench/bench_${bench}_cuda"
   [ -f "/tmp/cuda-check-bench_${bench}_cuda.log" ] && tail -n 1 "/tmp/cuda-check-bench_${bench}_cuda.log" >> "$out"
 done
+# Where one step's GPU time goes, kernel by kernel (ncu, where it is installed; CUDA_CHECK_PROFILE=0
+# skips it): the Mamba-3 layer at T = 4K and the dense bf16 train step, each bench with
+# MEGACPP_PROFILE_STEP=1 (one step inside cudaProfilerStart/Stop), summed by scripts/kernel-times.py.
+ncu_exe=$(command -v ncu || { [ -x /usr/local/cuda/bin/ncu ] && echo /usr/local/cuda/bin/ncu; })
+if [ -n "$ncu_exe" ] && [ "${CUDA_CHECK_PROFILE:-1}" != 0 ]; then
+  for bench in mamba train_step; do
+    exe="$bench_dir/bench/$bench/bench_${bench}_cuda"
+    [ -x "$exe" ] || continue
+    echo "== profile: bench_${bench}_cuda, one step's kernels (ncu)"
+    log="/tmp/cuda-check-profile-$bench.csv"
+    MEGACPP_PROFILE_STEP=1 timeout 600 "$ncu_exe" --profile-from-start off --metrics gpu__time_duration.sum --csv \
+      "$exe" > "$log" 2>&1 || echo "cuda-check: ncu on bench_${bench}_cuda exited non-zero (log: $log)"
+    python3 "$(dirname "$0")/kernel-times.py" "$log" || status=1
+  done
+else
+  echo "cuda-check: no ncu here (or CUDA_CHECK_PROFILE=0): no per-kernel breakdown"
+fi
 echo "cuda-check: figures in $out; $([ $status -eq 0 ] && echo 'every binary passed' || echo 'FAILURES above')"
 exit $status

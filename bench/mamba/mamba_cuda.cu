@@ -6,7 +6,14 @@
 // one row, one document; forward+backward of the whole layer from a fixed upstream gradient at
 // T = 4K, 16K and 64K, median of 5 after one warm-up (CUDA events). Time per token that stays
 // flat as T grows is linear scaling; the step's peak device memory is printed beside it.
+//
+// MEGACPP_PROFILE_STEP=1 marks one more T = 4K step inside cudaProfilerStart/Stop, for
+// `ncu --profile-from-start off --print-summary per-kernel` (the layer's kernels, one step:
+// scripts/cuda-check.sh runs it where ncu is found).
+#include <cuda_profiler_api.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "cuda_bench.cuh"
@@ -19,7 +26,7 @@ using namespace megacpp;
 using V = Var<float, Cuda>;
 using Layer = Mamba3<float, Cuda, SISO>;
 
-constexpr index_t kDModel = 512;
+constexpr index_t kDModel = 512, kProfiledT = 4096;
 
 struct Result {
   index_t T = 0;
@@ -49,6 +56,11 @@ Result run(Layer& layer, index_t T) {
   r.peak_mb = static_cast<double>(Cuda::memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
   r.us_per_token = bench::median_ms(step, 1, 5) * 1e3 / static_cast<double>(T);
   r.fwd_us_per_token = bench::median_ms([&] { V y = layer.forward(u, docs); }, 1, 5) * 1e3 / static_cast<double>(T);
+  if (T == kProfiledT && std::getenv("MEGACPP_PROFILE_STEP")) {
+    MEGACPP_CUDA_CHECK(cudaProfilerStart());
+    step();
+    MEGACPP_CUDA_CHECK(cudaProfilerStop());
+  }
   return r;
 }
 

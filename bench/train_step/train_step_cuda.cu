@@ -7,7 +7,9 @@
 // attention is worth.
 //
 // The configuration of bench/train_step/train_step.cpp: V = 8192, d = 512, 4 layers, 8 heads /
-// 2 kv heads, T = 1024, B = 4, 8 documents per row (BOS every 128 tokens). Useful FLOPs as
+// 2 kv heads, T = 1024, B = 4, 8 documents per row (BOS every 128 tokens); and the Bf16Mixed step
+// again at B = 16 (16K tokens, a GPU-sized micro-batch: what the fixed per-step costs, AdamW's
+// update and each kernel's launch, weigh when the products grow four times). Useful FLOPs as
 // there: 6 x matrix parameters (the tied head counted once) per token plus 3 x the attention
 // products inside documents. MFU is against the H100 SXM's dense peak of the path: 989 TFLOP/s
 // bf16, 67 TFLOP/s fp32 (full fp32 products unless TF32 is asked for). Median of 10 steps after 3
@@ -47,7 +49,7 @@ struct InPrecision<LM<T, B, D, Pt, Lt, H, Mt, Q>, P> {
 
 namespace {
 using namespace train_step_cuda;
-constexpr index_t kBatch = 4, kSeq = 1024, kDocLen = 128;
+constexpr index_t kBatch = 4, kLargeBatch = 16, kSeq = 1024, kDocLen = 128;
 constexpr std::int32_t kBos = 0;
 constexpr double kBf16PeakTflops = 989.0, kFp32PeakTflops = 67.0;  // H100 SXM datasheet, dense
 
@@ -55,22 +57,23 @@ struct Figures {
   double ms = 0, forward_ms = 0, optimizer_ms = 0, tokens_per_s = 0, tflops = 0, loss = 0;
 };
 
-// profile: MEGACPP_PROFILE_STEP=1 marks one step of this run for ncu (below).
+// The step at `batch` rows of kSeq tokens. profile: MEGACPP_PROFILE_STEP=1 marks one step of this
+// run for ncu (below).
 template <PrecisionPolicy P>
-Figures run(const char* name, bool profile = false) {
+Figures run(const char* name, index_t batch = kBatch, bool profile = false) {
   using Model = typename InPrecision<DenseModelOn<float, Cuda>, P>::type;
   Model model{0};
   optim::AdamW<float, Cuda> opt{optim::collect_params<float, Cuda>(model), optim::AdamWOptions{.lr = 1e-3}};
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(kBatch * kSeq)), targets(ids.size());
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * kSeq)), targets(ids.size());
   Rng rng(2);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ids[i] = i % kDocLen == 0 ? kBos : static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
     targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
   }
-  const auto docs = Model::documents(ids, kBatch, kSeq, kBos);
-  const auto in = Tensor<std::int32_t, Cuda>::from_host({kBatch, kSeq}, ids);
-  const auto tg = Tensor<std::int32_t, Cuda>::from_host({kBatch, kSeq}, targets);
-  const auto mask = Tensor<float, Cuda>::full({kBatch, kSeq}, 1.0f);
+  const auto docs = Model::documents(ids, batch, kSeq, kBos);
+  const auto in = Tensor<std::int32_t, Cuda>::from_host({batch, kSeq}, ids);
+  const auto tg = Tensor<std::int32_t, Cuda>::from_host({batch, kSeq}, targets);
+  const auto mask = Tensor<float, Cuda>::full({batch, kSeq}, 1.0f);
   double loss = 0;
   auto step = [&] {
     const auto l = model.loss(in, tg, mask, docs);
@@ -103,8 +106,8 @@ Figures run(const char* name, bool profile = false) {
   });
   const double attn_per_token = 3.0 * 2 * 2 * kBenchAttention.n_heads * kBenchAttention.head_dim_for(kBenchDims.d_model) *
                                 (kDocLen + 1) / 2.0;
-  const double flops = (6.0 * static_cast<double>(matrix_params) + kBenchDims.n_layers * attn_per_token) * kBatch * kSeq;
-  f.tokens_per_s = static_cast<double>(kBatch * kSeq) / (f.ms * 1e-3);
+  const double flops = (6.0 * static_cast<double>(matrix_params) + kBenchDims.n_layers * attn_per_token) * batch * kSeq;
+  f.tokens_per_s = static_cast<double>(batch * kSeq) / (f.ms * 1e-3);
   f.tflops = flops / (f.ms * 1e-3) * 1e-12;
   std::printf("%-6s step %8.2f ms (forward %.2f, AdamW %.2f, backward the rest), %10.0f tokens/s, %6.2f TFLOP/s useful, "
               "loss %.4f\n", name, f.ms, f.forward_ms, f.optimizer_ms, f.tokens_per_s, f.tflops, f.loss);
@@ -130,7 +133,7 @@ double attention_ms_per_step(bool bf16) {
 int main() {
   if (!bench::cuda_bench_start("train_step_cuda", "dense reference model on one GPU: V 8192, d 512, 4 layers, 8/2 heads, "
                                                   "T 1024, B 4, 8 documents per row, AdamW; fp32, TF32, Bf16Mixed, "
-                                                  "Bf16Mixed with fp32 attention"))
+                                                  "Bf16Mixed with fp32 attention, Bf16Mixed at B 16"))
     return 0;
   const Figures fp32 = run<Fp32>("fp32");
   Figures tf32;
@@ -138,7 +141,8 @@ int main() {
     const CudaTf32Products on(true);  // the explicit TF32 option (backends/cuda/detail/gemm.cuh)
     tf32 = run<Fp32>("tf32");
   }
-  const Figures bf16 = run<Bf16Mixed>("bf16", true);  // the attention in bf16 too: the op asks for it
+  const Figures bf16 = run<Bf16Mixed>("bf16", kBatch, true);  // the attention in bf16 too: the op asks for it
+  const Figures bf16_large = run<Bf16Mixed>("bf16 B16", kLargeBatch);
   Figures bf16_fp32attn;
   {
     const CudaBf16Attention off(false);  // the fused attention back on the fp32 kernels
@@ -146,12 +150,15 @@ int main() {
   }
   const double mfu_bf16 = bf16.tflops / kBf16PeakTflops, mfu_fp32 = fp32.tflops / kFp32PeakTflops;
   const double mfu_bf16_fp32attn = bf16_fp32attn.tflops / kBf16PeakTflops;
+  const double mfu_bf16_large = bf16_large.tflops / kBf16PeakTflops;
   const double attention_ms = attention_ms_per_step(true), attention_fp32_ms = attention_ms_per_step(false);
   std::printf("fused attention forward+backward, all %lld layers: bf16 tensor cores %.2f ms of the bf16 step's %.2f; "
               "fp32 CUDA cores %.2f ms of the fp32-attention step's %.2f\n",
               static_cast<long long>(kBenchDims.n_layers), attention_ms, bf16.ms, attention_fp32_ms, bf16_fp32attn.ms);
-  std::printf("\nMFU: bf16 %.4f (fp32 attention %.4f) of %.0f TFLOP/s, fp32 %.4f of %.0f TFLOP/s (target 0.30, bf16)\n",
-              mfu_bf16, mfu_bf16_fp32attn, kBf16PeakTflops, mfu_fp32, kFp32PeakTflops);
+  std::printf("\nMFU: bf16 %.4f (fp32 attention %.4f; B %lld: %.4f) of %.0f TFLOP/s, fp32 %.4f of %.0f TFLOP/s "
+              "(target 0.30, bf16)\n",
+              mfu_bf16, mfu_bf16_fp32attn, static_cast<long long>(kLargeBatch), mfu_bf16_large, kBf16PeakTflops, mfu_fp32,
+              kFp32PeakTflops);
   bench::JsonLine json("train_step_cuda");
   json.add("device", std::string_view("cuda"))
       .add("cuda_tokens_per_s_dense", bf16.tokens_per_s, 0)
@@ -166,7 +173,10 @@ int main() {
       .add("cuda_tokens_per_s_dense_fp32attn", bf16_fp32attn.tokens_per_s, 0)
       .add("cuda_mfu_dense_fp32attn", mfu_bf16_fp32attn, 4)
       .add("cuda_step_ms_dense_fp32attn", bf16_fp32attn.ms, 2)
-      .add("cuda_attention_ms_dense_fp32attn", attention_fp32_ms, 2);
+      .add("cuda_attention_ms_dense_fp32attn", attention_fp32_ms, 2)
+      .add("cuda_tokens_per_s_dense_B16", bf16_large.tokens_per_s, 0)
+      .add("cuda_mfu_dense_B16", mfu_bf16_large, 4)
+      .add("cuda_step_ms_dense_B16", bf16_large.ms, 2);
   json.print();
   return 0;
 }
