@@ -152,8 +152,8 @@ MEGACPP_HD T chunk_token_state(const ScanView<T>& s, index_t bt0, index_t h, con
 // One thread walking all the terms is a chain of dependent loads from L2 as long as the sum; the
 // split makes it about terms / slices + slices long, with every work item a different thread
 // while outputs * slices <= threads. slices = 1 (one thread per output walks every term, no
-// partials) where fewer than 2 runs per output fit the block; at most kThreads work items
-// (the kernels' partials arrays) and one term per run.
+// partials) where fewer than 2 runs per output fit the block; at most kThreads work items (the
+// kernels' partials arrays hold kThreads values per set) and at least one term per run.
 struct SumSplit {
   index_t outputs = 0, terms = 0, slices = 1;
 
