@@ -11,7 +11,6 @@ by total time: launches, total and mean microseconds, share of the step's kernel
 sum over every kernel. Kernels are grouped by name without their argument lists, so one template
 instance is one row (scripts/cuda-check.sh runs it on the Mamba and train-step benches).
 """
-import collections
 import csv
 import sys
 
@@ -30,7 +29,7 @@ def short_name(kernel):
             depth += 1
         elif ch == ">":
             depth -= 1
-        elif ch == "(" and depth == 0 and i > 0:
+        elif ch == "(" and depth == 0:
             return name[:i]
     return name
 
@@ -41,7 +40,7 @@ def kernel_times(lines):
     if start is None:
         raise SystemExit("kernel-times.py: no ncu CSV header (\"ID\",...) in the log: did ncu profile any kernel? "
                          "(the bench must run with MEGACPP_PROFILE_STEP=1, ncu with --profile-from-start off --csv)")
-    times = collections.OrderedDict()
+    times = {}
     for row in csv.DictReader(lines[start:]):
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue

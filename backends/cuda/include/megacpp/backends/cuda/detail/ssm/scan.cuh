@@ -169,6 +169,13 @@ MEGACPP_HD SumSplit split_sums(index_t outputs, index_t terms, index_t threads) 
   return {outputs, terms, slices >= 2 ? slices : 1};
 }
 
+// The runs' parts of output j of a split (parts[run * outputs + j]) added in run order, after acc.
+template <class T>
+MEGACPP_HD T add_runs(const SumSplit& split, const T* parts, index_t j, T acc) {
+  for (index_t run = 0; run < split.slices; ++run) acc += parts[run * split.outputs + j];
+  return acc;
+}
+
 // acc + sum_{p in [p0, p1)} M[n, p] x[p], p in order; M (N, P) row-major, as the state.
 template <class T>
 MEGACPP_HD T state_row_dot(const T* M, index_t P, index_t n, const T* x, index_t p0, index_t p1, T acc) {

@@ -166,13 +166,6 @@ MEGACPP_HD void backward_partials_phase(const ScanView<T>& s, const ScanBackward
   }
 }
 
-// The runs' parts of output j of a split added in run order, after acc.
-template <class T>
-MEGACPP_HD T add_runs(const SumSplit& split, const T* parts, index_t j, T acc) {
-  for (index_t run = 0; run < split.slices; ++run) acc += parts[run * split.outputs + j];
-  return acc;
-}
-
 // Phase 3 for token i of chunk c: dq, dk, dv rows (from the runs' parts, or with one run the whole
 // sum in order), dD's partial (this thread's (r, p) columns), and, on thread 0, the per-token
 // scalars from the block's totals.

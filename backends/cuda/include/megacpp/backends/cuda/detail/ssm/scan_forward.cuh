@@ -67,10 +67,9 @@ MEGACPP_HD void forward_output_phase(const ScanView<T>& s, index_t b, index_t h,
   const T* v = s.in.v + s.vy_row(bt, h);
   const T D = s.in.D ? s.in.D[h] : T(0);
   for (index_t j = tid; j < split.outputs; j += threads) {
-    T acc = D * v[j];
-    if (split.slices == 1) acc = state_column_dot(state, P, j % P, q + j / P * N, 0, N, acc);
-    for (index_t run = 0; split.slices > 1 && run < split.slices; ++run) acc += partials[run * split.outputs + j];
-    y[s.vy_row(bt, h) + j] = acc;
+    const T acc = D * v[j];
+    y[s.vy_row(bt, h) + j] = split.slices == 1 ? state_column_dot(state, P, j % P, q + j / P * N, 0, N, acc)
+                                               : add_runs(split, partials, j, acc);
   }
 }
 
