@@ -1,8 +1,11 @@
 // tests/cuda_emulation/host_arrays.hpp: the host arrays the emulation tests draw and compare:
-// uniform random operands, and bitwise equality of two results.
+// uniform random operands, bitwise equality of two results, and their largest difference.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <limits>
 #include <cstring>
 #include <vector>
 
@@ -23,6 +26,20 @@ std::vector<T> uniform(std::size_t n, Rng& rng, double lo = -1.0, double hi = 1.
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// The largest |got - want| over the elements, divided by the largest |want| (at least 1); infinity
+// when the sizes differ or an element of `got` is not finite.
+template <class T>
+double scaled_error(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double scale = 1, worst = 0;
+  for (T x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    if (!std::isfinite(static_cast<double>(got[e]))) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::abs(static_cast<double>(got[e]) - static_cast<double>(want[e])));
+  }
+  return worst / scale;
 }
 
 }  // namespace megacpp::cuda_emulation

@@ -127,7 +127,8 @@ struct KernelCases<kernels::SsmRotary> {
 
   // The reference runs in double from the same inputs. In float the kernel's angle sums over up to
   // 12 tokens (theta reaches ~30 rad before the wrap) carry float rounding into cos and sin:
-  // worst measured over these cases (GCC 12, AVX-512) 9.9e-7; in double 2.4e-15.
+  // worst measured over these cases (GCC 12, AVX-512) 9.9e-7; in double 2.4e-15. The rows of 100
+  // tokens (documents of up to 62): |diff| / (|want| + max |want|) at most 1.8e-6.
   static constexpr Tolerance kTolerance{1e-5, 1e-13};
 
   template <class T, Backend B>
@@ -143,6 +144,12 @@ struct KernelCases<kernels::SsmRotary> {
         {"angles then qk (the Mamba-3 layer's path): rank 1, N 4, both pairs rotated, 2 heads",
          [](H& h) { return layer_problem(h, packed_layout<B>({{4, 1, 3}, {-3, 5}}, kBos), {2, 8, 2, 2, 1, 4}); },
          kTolerance, true},
+        // Rows of 100 tokens: on CUDA theta and its gradient are scans over 4 runs of 32 tokens
+        // (detail/token_runs.cuh), with documents starting inside runs and running across them;
+        // dbias sums 200 tokens in 7 runs. Too long for finite differences.
+        {"angles then qk over rows of 100 tokens: documents across runs of tokens, a row starting mid-document",
+         [](H& h) { return layer_problem(h, packed_layout<B>({{37, 1, 62}, {-45, 55}}, kBos), {2, 100, 2, 2, 1, 4}); },
+         kTolerance, false},
     };
   }
 

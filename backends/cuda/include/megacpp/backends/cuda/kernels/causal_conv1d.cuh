@@ -1,6 +1,7 @@
 // megacpp/backends/cuda/kernels/causal_conv1d.cuh: CausalConv1d<Cuda>, Mamba-2's document-aware
 // causal conv1d on the GPU (contract: megacpp/core/kernels/causal_conv1d.hpp; kernels:
-// detail/ssm/conv1d.cuh, one thread per output element summing in the CPU kernel's order).
+// detail/ssm/conv1d.cuh: one thread per output element summing in the CPU kernel's order, dw and
+// dbias summed over runs of tokens).
 // Included by megacpp/backends/cuda.cuh after `Cuda` is defined; including this header alone
 // includes cuda.cuh first.
 #pragma once
@@ -8,7 +9,7 @@
 #include "megacpp/backends/cuda.cuh"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL
-#include "megacpp/backends/cuda/detail/ssm/conv1d.cuh"
+#include "megacpp/backends/cuda/detail/ssm/conv1d_launch.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 #include "megacpp/core/kernels/causal_conv1d.hpp"
@@ -16,8 +17,8 @@
 
 namespace megacpp::kernels {
 
-/// The CUDA document-aware causal conv1d. Compiled by the CUDA build and checked on the host
-/// against CausalConv1d<Cpu> through its per-element functions; the CUDA test runs it on a GPU.
+/// The CUDA document-aware causal conv1d. Compiled by the CUDA build, run against CausalConv1d<Cpu>
+/// on the CUDA emulation (tests/cuda_emulation/test_conv1d.cpp) and on a GPU by the CUDA test.
 template <>
 struct CausalConv1d<Cuda> {
   static constexpr bool available = true;  ///< implemented

@@ -1,14 +1,14 @@
 // megacpp/backends/cuda/kernels/ssm_rotary.cuh: SsmRotary<Cuda>, Mamba-3's data-dependent rotary
 // angles and the rotation of B and C on the GPU (contract: megacpp/core/kernels/ssm_rotary.hpp;
-// kernels: detail/ssm/rotary.cuh, one thread per (b, h, angle) walking time for theta, one per
-// output element elsewhere). Included by megacpp/backends/cuda.cuh after `Cuda` is defined;
+// kernels: detail/ssm/rotary.cuh, theta a scan over runs of each row's tokens per (b, h, angle),
+// one thread per output element elsewhere). Included by megacpp/backends/cuda.cuh after `Cuda` is defined;
 // including this header alone includes cuda.cuh first.
 #pragma once
 
 #include "megacpp/backends/cuda.cuh"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL
-#include "megacpp/backends/cuda/detail/ssm/rotary.cuh"
+#include "megacpp/backends/cuda/detail/ssm/rotary_launch.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 #include "megacpp/core/kernels/documents.hpp"
@@ -16,8 +16,8 @@
 
 namespace megacpp::kernels {
 
-/// Mamba-3's rotary kernels on CUDA. Compiled by the CUDA build and checked on the host against
-/// SsmRotary<Cpu> through their per-element functions; the CUDA test runs them on a GPU.
+/// Mamba-3's rotary kernels on CUDA. Compiled by the CUDA build, run against SsmRotary<Cpu> on the
+/// CUDA emulation (tests/cuda_emulation/test_rotary.cpp) and on a GPU by the CUDA test.
 template <>
 struct SsmRotary<Cuda> {
   static constexpr bool available = true;  ///< implemented

@@ -7,21 +7,21 @@
 //             dbias[c]    += sum_{(b, t)} dy[b, t, c]
 //
 // "j valid" is kernels::tap_reads_document: the source token exists and is in t's document.
-// One thread per output element, grid-stride; each element's sum runs in the CPU kernel's order
-// (bias first then j up; dx starting from its old value, j down; dw and dbias over (b, t) in row
-// order from zero, added once), so no atomics and the same rounding sequence as the CPU
-// (up to the FMA contraction nvcc applies). The per-element sums are MEGACPP_HD functions, so the
-// same code runs in host loops, where it was checked against CausalConv1d<Cpu>.
-//
-// dw and dbias walk all batch * seq tokens on one thread per (j, c): simple and exact, but serial
-// in the token count; a two-pass split over token chunks (partials in a fixed order) is the fix
-// should it show in profiles.
+// y and dx: one thread per output element, grid-stride, each element's sum in the CPU kernel's
+// order (bias first then j up; dx starting from its old value, j down), so no atomics and the same
+// rounding sequence as the CPU (up to the FMA contraction nvcc applies). dw and dbias, sums over
+// every token, are token_runs.cuh's two-pass sums: each run of tokens in row order on its own
+// thread, the runs added in order (the CPU adds the tokens one by one: rounding differs only).
+// The per-element computations are MEGACPP_HD functions; the CUDA emulation
+// (tests/cuda_emulation/test_conv1d.cpp) runs these kernels against CausalConv1d<Cpu>. The
+// launches: conv1d_launch.cuh.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstdint>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/token_runs.cuh"
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/kernels/causal_conv1d.hpp"
 
@@ -56,27 +56,37 @@ MEGACPP_HD T conv1d_input_grad(const kernels::Conv1dParams& p, const std::int32_
   return acc;
 }
 
-// sum over (b, t) in row order of dy[b, t, c] x[b, t - (K - 1) + j, c] where tap j is valid:
-// what dw[c, j] gains.
+// dw's term of token bt (b * seq + t) in column i = j * channels + c (c fastest: neighbouring
+// threads read neighbouring channels): dy[b, t, c] x[b, t - (K - 1) + j, c] where tap j is valid,
+// else 0.
 template <class T>
-MEGACPP_HD T conv1d_weight_grad_sum(const kernels::Conv1dParams& p, const std::int32_t* doc_ids, const T* x,
-                                    const T* dy, index_t j, index_t c) {
-  T acc = 0;
-  for (index_t bt = 0; bt < p.batch * p.seq; ++bt) {
-    const index_t b = bt / p.seq, t = bt % p.seq;
-    if (!kernels::tap_reads_document(doc_ids + b * p.seq, t, j, p.width)) continue;
-    acc += dy[bt * p.channels + c] * x[(bt - (p.width - 1) + j) * p.channels + c];
+struct Conv1dWeightGradTerm {
+  kernels::Conv1dParams p;
+  const std::int32_t* doc_ids;
+  const T* x;
+  const T* dy;
+  MEGACPP_HD T operator()(index_t bt, index_t i) const {
+    const index_t j = i / p.channels, c = i % p.channels, b = bt / p.seq, t = bt % p.seq;
+    if (!kernels::tap_reads_document(doc_ids + b * p.seq, t, j, p.width)) return T(0);
+    return dy[bt * p.channels + c] * x[(bt - (p.width - 1) + j) * p.channels + c];
   }
-  return acc;
-}
+};
 
-// sum over (b, t) in row order of dy[b, t, c]: what dbias[c] gains.
+// dw[c, j] of column i = j * channels + c.
 template <class T>
-MEGACPP_HD T conv1d_bias_grad_sum(const kernels::Conv1dParams& p, const T* dy, index_t c) {
-  T acc = 0;
-  for (index_t bt = 0; bt < p.batch * p.seq; ++bt) acc += dy[bt * p.channels + c];
-  return acc;
-}
+struct Conv1dWeightAt {
+  T* dw;
+  index_t channels, width;
+  MEGACPP_HD T& operator()(index_t i) const { return dw[(i % channels) * width + i / channels]; }
+};
+
+// dbias's term of token bt in column c: dy[b, t, c].
+template <class T>
+struct Conv1dBiasGradTerm {
+  index_t channels;
+  const T* dy;
+  MEGACPP_HD T operator()(index_t bt, index_t c) const { return dy[bt * channels + c]; }
+};
 
 template <class T>
 __global__ void conv1d_forward_kernel(kernels::Conv1dParams p, const std::int32_t* doc_ids, kernels::Conv1dArgs<T> a) {
@@ -89,48 +99,6 @@ __global__ void conv1d_input_grad_kernel(kernels::Conv1dParams p, const std::int
                                          T* dx) {
   const index_t n = p.batch * p.seq * p.channels;
   for (index_t i = global_thread(); i < n; i += grid_stride()) dx[i] = conv1d_input_grad(p, doc_ids, w, dy, dx[i], i);
-}
-
-// Items i = slot * channels + c (c fastest: neighbouring threads read neighbouring channels):
-// slot j < K owns dw[c, j], slot K owns dbias[c]. Either output may be null.
-template <class T>
-__global__ void conv1d_param_grad_kernel(kernels::Conv1dParams p, const std::int32_t* doc_ids, const T* x, const T* dy,
-                                         T* dw, T* dbias) {
-  const index_t n = (p.width + 1) * p.channels;
-  for (index_t i = global_thread(); i < n; i += grid_stride()) {
-    const index_t slot = i / p.channels, c = i % p.channels;
-    if (slot < p.width) {
-      if (dw) dw[c * p.width + slot] += conv1d_weight_grad_sum(p, doc_ids, x, dy, slot, c);
-    } else if (dbias) {
-      dbias[c] += conv1d_bias_grad_sum(p, dy, c);
-    }
-  }
-}
-
-// y from x, weight, bias (null: no bias); doc_ids (batch, seq) on the device.
-template <class T>
-void causal_conv1d_forward(const kernels::Conv1dParams& p, const std::int32_t* doc_ids, const kernels::Conv1dArgs<T>& a) {
-  const index_t n = p.batch * p.seq * p.channels;
-  if (n == 0) return;
-  conv1d_forward_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(p, doc_ids, a);
-  MEGACPP_CUDA_CHECK_LAUNCH(conv1d_forward_kernel);
-}
-
-// Adds into g.x, g.weight, g.bias, each skipped when null.
-template <class T>
-void causal_conv1d_backward(const kernels::Conv1dParams& p, const std::int32_t* doc_ids, const kernels::Conv1dArgs<T>& a,
-                            const kernels::Conv1dGrads<T>& g) {
-  const index_t n = p.batch * p.seq * p.channels;
-  if (n == 0) return;
-  if (g.x) {
-    conv1d_input_grad_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(p, doc_ids, a.weight, g.dy, g.x);
-    MEGACPP_CUDA_CHECK_LAUNCH(conv1d_input_grad_kernel);
-  }
-  if (g.weight || g.bias) {
-    conv1d_param_grad_kernel<T><<<grid_for((p.width + 1) * p.channels), kThreads, 0, kStream>>>(p, doc_ids, a.x, g.dy,
-                                                                                                 g.weight, g.bias);
-    MEGACPP_CUDA_CHECK_LAUNCH(conv1d_param_grad_kernel);
-  }
 }
 
 }  // namespace megacpp::cuda

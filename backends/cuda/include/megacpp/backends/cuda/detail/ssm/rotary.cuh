@@ -1,6 +1,7 @@
 // CUDA backend: Mamba-3's data-dependent rotary angles and the rotation of B and C (contract,
 // equations and the formulas shared with decoding, advance_angle and rotate_pair:
-// megacpp/core/kernels/ssm_rotary.hpp; CPU reference: cpu/detail/ssm/rotary.hpp).
+// megacpp/core/kernels/ssm_rotary.hpp; CPU reference: cpu/detail/ssm/rotary.hpp). The kernels;
+// their launches: rotary_launch.cuh.
 //
 //   angles    theta_t = wrap(theta_{t-1} + pi tanh(angle_t) dt_t), 0 before a document's first token
 //             cossin[b, t, h, s] = (cos theta_t, sin theta_t)
@@ -11,17 +12,22 @@
 //   backward  du = R(-theta) dy;  dx += sum_h du (h in order);  dbias += sum_{(b, t)} du (row order);
 //             dcos += sum_r dy0 u0 + dy1 u1,  dsin += sum_r -dy0 u1 + dy1 u0 (r in order)
 //
-// theta is a running sum over time, so one thread owns one (b, h, s) and walks its row's tokens
-// in order (forward) or in reverse (backward), restarting at every document start
-// (kernels::starts_document), exactly as the CPU's per-(b, h) loop does for each s. Every other
-// output element is computed by one thread summing in the CPU kernel's order, starting from the
-// gradient's old value where the CPU adds term by term: no atomics, bitwise reproducible. The
-// per-element computations are MEGACPP_HD functions, so the same code runs in host loops, where
-// it was checked against SsmRotary<Cpu>.
-//
-// Two loops are serial in the token count: the theta walks (a chunked scan of the angle sums would
-// parallelise them) and dbias, one thread per (h, r, n) over all batch * seq tokens (a two-pass
-// split over fixed token chunks would, keeping a fixed order); simple and exact first.
+// theta and G are running sums along a row, one per walk w = (b * heads + h) * S + s. The row is
+// cut into runs of consecutive tokens (token_runs.cuh) and each walk is a three-pass scan over them:
+//   1. every run walked from 0 on its own thread (theta forward, G in reverse), restarting at each
+//      document start (kernels::starts_document, the CPU's rule): the run's end, and whether a
+//      document starts inside it;
+//   2. one thread per walk carries the ends along the row's runs (in reverse for G): what enters a
+//      run is what left the one before, unless a document started in that one (then only its end);
+//   3. every run walked again from what enters it, writing cossin (G).
+// Pass 3 is the CPU's walk from a carried start; the carry adds a run's end in one step where the
+// CPU adds its tokens one by one, so results differ from the CPU's by rounding only. A row of one
+// run (up to kMinTokenRun tokens) is pass 3 alone from 0: the CPU's walk, step for step. dbias, a sum over
+// every token, is token_runs.cuh's two-pass sum. Every other output element is computed by one
+// thread summing in the CPU kernel's order, starting from the gradient's old value where the CPU
+// adds term by term. No atomics, a fixed order: bitwise reproducible. The per-element and per-run
+// computations are MEGACPP_HD functions, so the same code runs in host loops: the CUDA emulation
+// (tests/cuda_emulation/test_rotary.cpp) runs these kernels against SsmRotary<Cpu>.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
@@ -30,7 +36,7 @@
 #include <cstdint>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
-#include "megacpp/backends/cuda/detail/memory.cuh"
+#include "megacpp/backends/cuda/detail/token_runs.cuh"
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/kernels/ssm_rotary.hpp"
 
@@ -38,41 +44,68 @@ namespace megacpp::cuda {
 
 // ---- angles -------------------------------------------------------------------------------------
 
-// Writes cossin for item i = (b * heads + h) * S + s: theta over the row's tokens in order.
+// advance_angle's wrap into [0, 2 pi) (core/kernels/ssm_rotary.hpp), for the carry of a run's end.
 template <class T>
-MEGACPP_HD void rotary_angles_walk(const kernels::RotaryAnglesParams& p, const std::int32_t* doc_ids,
-                                   const kernels::RotaryAnglesArgs<T>& a, index_t i) {
-  using std::cos, std::sin, std::tanh;  // the element type's overloads (device ones under nvcc)
-  const index_t S = p.n_angles, H = p.heads;
-  const index_t s = i % S, bh = i / S, h = bh % H, b = bh / H;
-  const std::int32_t* row_ids = doc_ids + b * p.seq;
-  T theta = 0;
-  for (index_t t = 0; t < p.seq; ++t) {
-    if (kernels::starts_document(row_ids, t)) theta = T(0);
-    const index_t bt = b * p.seq + t;
-    theta = kernels::advance_angle<T>(theta, tanh(a.angle[bt * S + s]), a.dt[bt * H + h]);
-    T* out = a.cossin + ((bt * H + h) * S + s) * 2;
-    out[0] = cos(theta);
-    out[1] = sin(theta);
-  }
+MEGACPP_HD T wrap_angle(T theta) {
+  using std::floor;
+  return theta - static_cast<T>(2 * kernels::kPi) * floor(theta / static_cast<T>(2 * kernels::kPi));
 }
 
-// Writes G (batch, seq, heads, S) for item i = (b * heads + h) * S + s: dL/dtheta summed from the
-// row's end backwards, the sum cleared after each document's first token.
+// The walk's coordinates: w = (b * heads + h) * S + s.
+struct RotaryWalk {
+  index_t b, h, s;
+  MEGACPP_HD RotaryWalk(const kernels::RotaryAnglesParams& p, index_t w)
+      : b(w / (p.heads * p.n_angles)), h((w / p.n_angles) % p.heads), s(w % p.n_angles) {}
+};
+
+// theta over run k of walk w from `theta` (what enters the run), restarting at each document start;
+// writes cossin when `cossin` is not null. Returns the theta leaving the run; sets `restarted` when
+// a document starts inside the run.
 template <class T>
-MEGACPP_HD void rotary_theta_grad_walk(const kernels::RotaryAnglesParams& p, const std::int32_t* doc_ids,
-                                       const T* cossin, const T* dcossin, T* G, index_t i) {
+MEGACPP_HD T rotary_angles_run(const kernels::RotaryAnglesParams& p, const TokenRuns& runs, const std::int32_t* doc_ids,
+                               const T* angle, const T* dt, T* cossin, index_t w, index_t k, T theta, bool& restarted) {
+  using std::cos, std::sin, std::tanh;  // the element type's overloads (device ones under nvcc)
   const index_t S = p.n_angles, H = p.heads;
-  const index_t s = i % S, bh = i / S, h = bh % H, b = bh / H;
-  const std::int32_t* row_ids = doc_ids + b * p.seq;
-  T acc = 0;
-  for (index_t t = p.seq - 1; t >= 0; --t) {
-    const index_t at = ((b * p.seq + t) * H + h) * S + s;
-    const T c = cossin[2 * at], sn = cossin[2 * at + 1];
-    acc += -sn * dcossin[2 * at] + c * dcossin[2 * at + 1];
-    G[at] = acc;
-    if (kernels::starts_document(row_ids, t)) acc = T(0);
+  const RotaryWalk at(p, w);
+  const std::int32_t* row_ids = doc_ids + at.b * p.seq;
+  for (index_t t = runs.begin(k); t < runs.end(k, p.seq); ++t) {
+    if (kernels::starts_document(row_ids, t)) {
+      theta = T(0);
+      restarted = true;
+    }
+    const index_t bt = at.b * p.seq + t;
+    theta = kernels::advance_angle<T>(theta, tanh(angle[bt * S + at.s]), dt[bt * H + at.h]);
+    if (cossin) {
+      T* out = cossin + ((bt * H + at.h) * S + at.s) * 2;
+      out[0] = cos(theta);
+      out[1] = sin(theta);
+    }
   }
+  return theta;
+}
+
+// G over run k of walk w in reverse from `later` (G's sum over the tokens after the run, within
+// the document running on past it), cleared after each document's first token; writes G when not
+// null. Returns what leaves the run towards its start; sets `restarted` when a document starts
+// inside the run.
+template <class T>
+MEGACPP_HD T rotary_theta_grad_run(const kernels::RotaryAnglesParams& p, const TokenRuns& runs,
+                                   const std::int32_t* doc_ids, const T* cossin, const T* dcossin, T* G, index_t w,
+                                   index_t k, T later, bool& restarted) {
+  const index_t S = p.n_angles, H = p.heads;
+  const RotaryWalk at(p, w);
+  const std::int32_t* row_ids = doc_ids + at.b * p.seq;
+  for (index_t t = runs.end(k, p.seq) - 1; t >= runs.begin(k); --t) {
+    const index_t i = ((at.b * p.seq + t) * H + at.h) * S + at.s;
+    const T c = cossin[2 * i], sn = cossin[2 * i + 1];
+    later += -sn * dcossin[2 * i] + c * dcossin[2 * i + 1];
+    if (G) G[i] = later;
+    if (kernels::starts_document(row_ids, t)) {
+      later = T(0);
+      restarted = true;
+    }
+  }
+  return later;
 }
 
 // What ddt[i] gains, i = (b * seq + t) * heads + h: pi tanh(angle) G summed over s in order.
@@ -99,18 +132,89 @@ MEGACPP_HD T rotary_angle_grad(const kernels::RotaryAnglesParams& p, const T* an
   return pi * (T(1) - th * th) * sum;
 }
 
+// Pass 1 of the angles: ends[i] and restarts[i] of run item i = k * walks + w (w fastest:
+// neighbouring threads read neighbouring angles of a token).
 template <class T>
-__global__ void rotary_angles_forward_kernel(kernels::RotaryAnglesParams p, const std::int32_t* doc_ids,
-                                             kernels::RotaryAnglesArgs<T> a) {
-  const index_t n = p.batch * p.heads * p.n_angles;
-  for (index_t i = global_thread(); i < n; i += grid_stride()) rotary_angles_walk(p, doc_ids, a, i);
+__global__ void rotary_angle_runs_kernel(kernels::RotaryAnglesParams p, TokenRuns runs, const std::int32_t* doc_ids,
+                                         kernels::RotaryAnglesArgs<T> a, T* ends, std::uint8_t* restarts) {
+  const index_t walks = p.batch * p.heads * p.n_angles, n = runs.count * walks;
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    bool restarted = false;
+    ends[i] = rotary_angles_run<T>(p, runs, doc_ids, a.angle, a.dt, nullptr, i % walks, i / walks, T(0), restarted);
+    restarts[i] = restarted ? 1 : 0;
+  }
 }
 
+// Pass 2: per walk, ends[i] replaced by the theta entering run i, the runs taken in row order.
 template <class T>
-__global__ void rotary_theta_grad_kernel(kernels::RotaryAnglesParams p, const std::int32_t* doc_ids, const T* cossin,
-                                         const T* dcossin, T* G) {
-  const index_t n = p.batch * p.heads * p.n_angles;
-  for (index_t i = global_thread(); i < n; i += grid_stride()) rotary_theta_grad_walk(p, doc_ids, cossin, dcossin, G, i);
+__global__ void rotary_angle_carry_kernel(kernels::RotaryAnglesParams p, TokenRuns runs, T* ends,
+                                          const std::uint8_t* restarts) {
+  const index_t walks = p.batch * p.heads * p.n_angles;
+  for (index_t w = global_thread(); w < walks; w += grid_stride()) {
+    T theta = 0;
+    for (index_t k = 0; k < runs.count; ++k) {
+      const index_t i = k * walks + w;
+      const T end = ends[i];
+      ends[i] = theta;
+      theta = restarts[i] != 0 ? end : wrap_angle(theta + end);
+    }
+  }
+}
+
+// Pass 3: cossin of every run item from the theta entering it (entering null: every run from 0,
+// a row of one run).
+template <class T>
+__global__ void rotary_angles_kernel(kernels::RotaryAnglesParams p, TokenRuns runs, const std::int32_t* doc_ids,
+                                     kernels::RotaryAnglesArgs<T> a, const T* entering) {
+  const index_t walks = p.batch * p.heads * p.n_angles, n = runs.count * walks;
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    bool restarted = false;
+    rotary_angles_run<T>(p, runs, doc_ids, a.angle, a.dt, a.cossin, i % walks, i / walks, entering ? entering[i] : T(0),
+                         restarted);
+  }
+}
+
+// Pass 1 of G: sums[i] (what leaves run item i = k * walks + w towards the row's start, from 0)
+// and restarts[i].
+template <class T>
+__global__ void rotary_theta_grad_runs_kernel(kernels::RotaryAnglesParams p, TokenRuns runs, const std::int32_t* doc_ids,
+                                              const T* cossin, const T* dcossin, T* sums, std::uint8_t* restarts) {
+  const index_t walks = p.batch * p.heads * p.n_angles, n = runs.count * walks;
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    bool restarted = false;
+    sums[i] = rotary_theta_grad_run<T>(p, runs, doc_ids, cossin, dcossin, nullptr, i % walks, i / walks, T(0), restarted);
+    restarts[i] = restarted ? 1 : 0;
+  }
+}
+
+// Pass 2 of G: per walk, sums[i] replaced by what enters run i from the tokens after it, the runs
+// taken from the row's end.
+template <class T>
+__global__ void rotary_theta_grad_carry_kernel(kernels::RotaryAnglesParams p, TokenRuns runs, T* sums,
+                                               const std::uint8_t* restarts) {
+  const index_t walks = p.batch * p.heads * p.n_angles;
+  for (index_t w = global_thread(); w < walks; w += grid_stride()) {
+    T later = 0;
+    for (index_t k = runs.count - 1; k >= 0; --k) {
+      const index_t i = k * walks + w;
+      const T leaving = sums[i];
+      sums[i] = later;
+      later = restarts[i] != 0 ? leaving : later + leaving;
+    }
+  }
+}
+
+// Pass 3 of G: G (batch, seq, heads, S) of every run item from what enters it (entering null:
+// every run from 0, a row of one run).
+template <class T>
+__global__ void rotary_theta_grad_kernel(kernels::RotaryAnglesParams p, TokenRuns runs, const std::int32_t* doc_ids,
+                                         const T* cossin, const T* dcossin, const T* entering, T* G) {
+  const index_t walks = p.batch * p.heads * p.n_angles, n = runs.count * walks;
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    bool restarted = false;
+    rotary_theta_grad_run<T>(p, runs, doc_ids, cossin, dcossin, G, i % walks, i / walks, entering ? entering[i] : T(0),
+                             restarted);
+  }
 }
 
 template <class T>
@@ -124,39 +228,6 @@ __global__ void rotary_angle_grad_kernel(kernels::RotaryAnglesParams p, const T*
                                          T* dangle) {
   const index_t n = p.batch * p.seq * p.n_angles;
   for (index_t i = global_thread(); i < n; i += grid_stride()) dangle[i] += rotary_angle_grad(p, angle, dt, G, i);
-}
-
-// cossin from angle and dt; doc_ids (batch, seq) on the device.
-template <class T>
-void rotary_angles_forward(const kernels::RotaryAnglesParams& p, const std::int32_t* doc_ids,
-                           const kernels::RotaryAnglesArgs<T>& a) {
-  const index_t walks = p.batch * p.heads * p.n_angles;
-  if (walks == 0 || p.seq == 0) return;
-  rotary_angles_forward_kernel<T><<<grid_for(walks), kThreads, 0, kStream>>>(p, doc_ids, a);
-  MEGACPP_CUDA_CHECK_LAUNCH(rotary_angles_forward_kernel);
-}
-
-// Adds into g.angle and g.dt, each skipped when null; g.cossin is the forward's output.
-template <class T>
-void rotary_angles_backward(const kernels::RotaryAnglesParams& p, const std::int32_t* doc_ids,
-                            const kernels::RotaryAnglesArgs<T>& a, const kernels::RotaryAnglesGrads<T>& g) {
-  const index_t tokens = p.batch * p.seq;
-  if ((!g.angle && !g.dt) || tokens == 0) return;
-  const DeviceBuffer<T> G(static_cast<std::size_t>(tokens * p.heads * p.n_angles));  // (batch, seq, heads, S)
-  const index_t walks = p.batch * p.heads * p.n_angles;
-  if (walks > 0) {
-    rotary_theta_grad_kernel<T><<<grid_for(walks), kThreads, 0, kStream>>>(p, doc_ids, g.cossin, g.dcossin, G.get());
-    MEGACPP_CUDA_CHECK_LAUNCH(rotary_theta_grad_kernel);
-  }
-  if (g.dt && p.heads > 0) {
-    rotary_dt_grad_kernel<T><<<grid_for(tokens * p.heads), kThreads, 0, kStream>>>(p, a.angle, G.get(), g.dt);
-    MEGACPP_CUDA_CHECK_LAUNCH(rotary_dt_grad_kernel);
-  }
-  if (g.angle && p.n_angles > 0) {
-    rotary_angle_grad_kernel<T><<<grid_for(tokens * p.n_angles), kThreads, 0, kStream>>>(p, a.angle, a.dt, G.get(),
-                                                                                          g.angle);
-    MEGACPP_CUDA_CHECK_LAUNCH(rotary_angle_grad_kernel);
-  }
 }
 
 // ---- rotation of B and C ------------------------------------------------------------------------
@@ -199,17 +270,18 @@ MEGACPP_HD T rotary_qk_input_grad(const kernels::RotaryQKParams& p, const T* cos
   return acc;
 }
 
-// dbias[i] after the backward from its old value, i = (h * R + r) * N + n: du of every token added
-// in row order.
+// dbias's term of token bt (b * seq + t) in column c = (h * R + r) * N + n: du[b, t, h, r, n], for
+// token_runs.cuh's sum over every token in row order.
 template <class T>
-MEGACPP_HD T rotary_qk_bias_grad(const kernels::RotaryQKParams& p, const T* cossin, const T* dy, T dbias_old,
-                                 index_t i) {
-  const index_t N = p.d_state, R = p.rank;
-  const index_t n = i % N, hr = i / N, r = hr % R, h = hr / R;
-  T acc = dbias_old;
-  for (index_t bt = 0; bt < p.batch * p.seq; ++bt) acc += rotary_qk_du(p, cossin, dy, bt, h, r, n);
-  return acc;
-}
+struct RotaryBiasGradTerm {
+  kernels::RotaryQKParams p;
+  const T* cossin;
+  const T* dy;
+  MEGACPP_HD T operator()(index_t bt, index_t c) const {
+    const index_t hr = c / p.d_state;
+    return rotary_qk_du(p, cossin, dy, bt, hr / p.rank, hr % p.rank, c % p.d_state);
+  }
+};
 
 // dcossin[i] after the backward from its old value, i = ((b * seq + t) * heads + h) * S + pair) * 2
 // + k (k = 0: cos, 1: sin): the ranks' terms added in rank order.
@@ -243,48 +315,11 @@ __global__ void rotary_qk_input_grad_kernel(kernels::RotaryQKParams p, const T* 
 }
 
 template <class T>
-__global__ void rotary_qk_bias_grad_kernel(kernels::RotaryQKParams p, const T* cossin, const T* dy, T* dbias) {
-  const index_t n = p.heads * p.rank * p.d_state;
-  for (index_t i = global_thread(); i < n; i += grid_stride())
-    dbias[i] = rotary_qk_bias_grad(p, cossin, dy, dbias[i], i);
-}
-
-template <class T>
 __global__ void rotary_qk_cossin_grad_kernel(kernels::RotaryQKParams p, kernels::RotaryQKArgs<T> a, const T* dy,
                                              T* dcossin) {
   const index_t n = p.batch * p.seq * p.heads * p.n_angles * 2;
   for (index_t i = global_thread(); i < n; i += grid_stride())
     dcossin[i] = rotary_qk_cossin_grad(p, a, dy, dcossin[i], i);
-}
-
-// y = rotate(x + bias_h, cossin).
-template <class T>
-void rotary_qk_forward(const kernels::RotaryQKParams& p, const kernels::RotaryQKArgs<T>& a) {
-  const index_t n = p.batch * p.seq * p.heads * p.rank * p.d_state;
-  if (n == 0) return;
-  rotary_qk_forward_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(p, a);
-  MEGACPP_CUDA_CHECK_LAUNCH(rotary_qk_forward_kernel);
-}
-
-// Adds into g.x, g.bias, g.cossin, each skipped when null.
-template <class T>
-void rotary_qk_backward(const kernels::RotaryQKParams& p, const kernels::RotaryQKArgs<T>& a,
-                        const kernels::RotaryQKGrads<T>& g) {
-  const index_t dx_n = p.batch * p.seq * p.rank * p.d_state;
-  if (g.x && dx_n > 0) {
-    rotary_qk_input_grad_kernel<T><<<grid_for(dx_n), kThreads, 0, kStream>>>(p, a.cossin, g.dy, g.x);
-    MEGACPP_CUDA_CHECK_LAUNCH(rotary_qk_input_grad_kernel);
-  }
-  const index_t dbias_n = p.heads * p.rank * p.d_state;
-  if (g.bias && dbias_n > 0) {
-    rotary_qk_bias_grad_kernel<T><<<grid_for(dbias_n), kThreads, 0, kStream>>>(p, a.cossin, g.dy, g.bias);
-    MEGACPP_CUDA_CHECK_LAUNCH(rotary_qk_bias_grad_kernel);
-  }
-  const index_t dcs_n = p.batch * p.seq * p.heads * p.n_angles * 2;
-  if (g.cossin && dcs_n > 0) {
-    rotary_qk_cossin_grad_kernel<T><<<grid_for(dcs_n), kThreads, 0, kStream>>>(p, a, g.dy, g.cossin);
-    MEGACPP_CUDA_CHECK_LAUNCH(rotary_qk_cossin_grad_kernel);
-  }
 }
 
 }  // namespace megacpp::cuda
