@@ -1,14 +1,15 @@
 // tests/cuda_emulation/host_arrays.hpp: the host arrays the emulation tests draw and compare:
-// uniform random operands, bitwise equality of two results, and their largest difference.
+// uniform random operands, uninitialized device memory, bitwise equality of two results, and their largest difference.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <vector>
 
+#include "megacpp/core/config.hpp"
 #include "megacpp/core/random.hpp"
 
 namespace megacpp::cuda_emulation {
@@ -19,6 +20,13 @@ std::vector<T> uniform(std::size_t n, Rng& rng, double lo = -1.0, double hi = 1.
   std::vector<T> out(n);
   for (T& x : out) x = static_cast<T>(rng.uniform(lo, hi));
   return out;
+}
+
+// n values of device memory as cudaMalloc leaves it: NaN, so a read of what no kernel wrote shows
+// in the outputs.
+template <class T>
+std::vector<T> uninitialized_device(index_t n) {
+  return std::vector<T>(static_cast<std::size_t>(n), std::numeric_limits<T>::quiet_NaN());
 }
 
 // Same length and the same bytes. (memcmp takes no null pointer, even for 0 bytes: an empty

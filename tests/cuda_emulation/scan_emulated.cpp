@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "emulator/launch.hpp"
+#include "host_arrays.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as kernels/ssm_scan.cuh does around its detail headers
 #include "megacpp/backends/cuda/detail/ssm/scan_backward.cuh"
@@ -24,11 +25,6 @@ namespace ssm = megacpp::cuda::ssm;
 using kernels::ScanChunk;
 using kernels::ScanParams;
 
-// n values of uninitialized device memory (DeviceBuffer<float>).
-std::vector<float> device_scratch(index_t n) {
-  return std::vector<float>(static_cast<std::size_t>(n), std::numeric_limits<float>::quiet_NaN());
-}
-
 LaunchConfig per_item(index_t items) { return {dim3(cuda::grid_per_item(items)), dim3(cuda::kThreads), 0}; }
 LaunchConfig strided(index_t n) { return {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}; }
 LaunchConfig blocks_of(index_t blocks) { return {dim3(static_cast<unsigned>(blocks)), dim3(cuda::kThreads), 0}; }
@@ -38,11 +34,11 @@ void forward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const k
              float* y, float* chunk_states) {
   const ssm::ScanView<float> s{sh, in, chunks.data()};
   const index_t items = s.chunk_items(), NP = s.state_size();
-  std::vector<float> decay = device_scratch(items);
+  std::vector<float> decay = uninitialized_device<float>(items);
   launch(ssm::scan_forward_local_kernel<float>, per_item(items), s, chunk_states, decay.data());
   launch(ssm::scan_forward_carry_kernel<float>, strided(sh.batch * sh.heads * NP), s, chunk_states, decay.data());
   const index_t blocks = ssm::forward_chunk_blocks(items);
-  std::vector<float> scratch = device_scratch(blocks * NP);
+  std::vector<float> scratch = uninitialized_device<float>(blocks * NP);
   launch(ssm::scan_forward_kernel<float>, blocks_of(blocks), s, chunk_states, y, scratch.data());
 }
 
@@ -51,13 +47,13 @@ void backward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const 
               const float* dy, const float* chunk_states, const kernels::ScanGradients<float>& grads) {
   const ssm::ScanView<float> s{sh, in, chunks.data()};
   const index_t items = s.chunk_items(), NP = s.state_size();
-  std::vector<float> flows = device_scratch(items * NP), decay = device_scratch(items);
+  std::vector<float> flows = uninitialized_device<float>(items * NP), decay = uninitialized_device<float>(items);
   launch(ssm::scan_backward_local_kernel<float>, per_item(items), s, dy, flows.data(), decay.data());
   launch(ssm::scan_backward_carry_kernel<float>, strided(sh.batch * sh.heads * NP), s, flows.data(), decay.data());
   const index_t blocks = ssm::backward_chunk_blocks(items);
   const index_t chunk_rows = ssm::backward_chunk_rows(sh);
-  std::vector<float> scratch = device_scratch(blocks * (chunk_rows + 2) * NP);
-  std::vector<float> dD_parts = device_scratch(grads.D ? items : 0);
+  std::vector<float> scratch = uninitialized_device<float>(blocks * (chunk_rows + 2) * NP);
+  std::vector<float> dD_parts = uninitialized_device<float>(grads.D ? items : 0);
   const ssm::ScanBackwardArgs<float> a{dy, chunk_states, grads, flows.data(), dD_parts.data()};
   launch(ssm::scan_backward_kernel<float>, blocks_of(blocks), s, a, scratch.data(), chunk_rows);
   if (grads.D)
@@ -73,7 +69,7 @@ ScanRun run_emulated_scan(const ScanProblem& p, const ScanRun& initial) {
   r.y.assign(static_cast<std::size_t>(sh.batch * sh.seq * sh.heads * sh.rank * sh.head_dim),
              std::numeric_limits<float>::quiet_NaN());
   // The caller's chunk states: SsmScan<Cuda>'s caller allocates them, uninitialized.
-  r.chunk_states = device_scratch(sh.batch * sh.heads * sh.max_chunks * sh.d_state * sh.head_dim);
+  r.chunk_states = uninitialized_device<float>(sh.batch * sh.heads * sh.max_chunks * sh.d_state * sh.head_dim);
   // What both launch functions check and plan before their first launch.
   ssm::check_scan_sizes("SsmScan<Cuda>::forward", sh, p.doc_ids);
   if (sh.batch * sh.heads == 0 || sh.seq == 0) return r;

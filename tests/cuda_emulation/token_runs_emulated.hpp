@@ -4,11 +4,10 @@
 // kernels that sum over every token (rotary_emulated.cpp, conv1d_emulated.cpp).
 #pragma once
 
-#include <cstddef>
-#include <limits>
 #include <vector>
 
 #include "emulator/launch.hpp"
+#include "host_arrays.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as kernels/*.cuh do around their detail headers
 #include "megacpp/backends/cuda/detail/token_runs.cuh"
@@ -18,12 +17,6 @@ namespace megacpp::cuda_emulation {
 
 // A grid-stride launch over n items, as grid_for sizes it.
 inline LaunchConfig grid_stride_launch(index_t n) { return {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}; }
-
-// n values of device memory as cudaMalloc leaves it: NaN shows a read of what no kernel wrote.
-template <class T>
-std::vector<T> uninitialized_device(index_t n) {
-  return std::vector<T>(static_cast<std::size_t>(n), std::numeric_limits<T>::quiet_NaN());
-}
 
 // Mirrors cuda::add_token_sums: out(c) += sum over tokens of term(t, c).
 template <class T, class Term, class Out>
