@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "support/backend_harness.hpp"
@@ -184,6 +185,32 @@ std::vector<Case<T, B>> kernel_cases() {
          Tens x3 = h.uniform({2, 300, 40}), out3 = h.uniform({2, 40});
          B::template reduce<T>(2, 300, 40, fn::Identity{}, T(1) / T(300), T(0.5), out3.data(), In<T>{x3.data()});
          return H::values({out, out2, out3});
+       }},
+      // Shapes whose outputs alone leave the GPU idle: CUDA cuts j into chunks and sums in two passes
+      // (detail/reduce.cuh).
+      {"reduce in two passes: a bias's gradient (1, 4096, 96), ragged chunks (2, 1000, 40) with beta 0 over NaN, "
+       "a sum of everything (1, 100000, 1) with scale and beta",
+       [](H& h) {
+         Tens x = h.uniform({4096, 96}), w = h.uniform({96}), out = h.uniform({96});
+         B::template reduce<T>(1, 4096, 96, fn::Mul{}, T(1), T(1), out.data(), In<T>{x.data()}, In<T>{w.data(), true});
+         Tens x2 = h.uniform({2, 1000, 40}), out2 = h.filled({2, 40}, std::numeric_limits<T>::quiet_NaN());
+         B::template reduce<T>(2, 1000, 40, fn::Square{}, T(1), T(0), out2.data(), In<T>{x2.data()});
+         Tens x3 = h.uniform({100000}), out3 = h.uniform({1});
+         B::template reduce<T>(1, 100000, 1, fn::Square{}, T(1e-5), T(0.5), out3.data(), In<T>{x3.data()});
+         return H::values({out, out2, out3});
+       }},
+      {"rmsnorm's gain gradient over many rows, in chunks: (4096, 512) and ragged (1000, 40); gx and ggain added into",
+       [](H& h) {
+         Outputs outs;
+         for (const auto& [rows, cols] : {std::pair<index_t, index_t>{4096, 512}, {1000, 40}}) {
+           Tens x = h.uniform({rows, cols}), gain = h.uniform({cols}, 0.5, 1.5), gy = h.uniform({rows, cols});
+           Tens y = h.uniform({rows, cols}), rstd = h.uniform({rows}), gx = h.uniform({rows, cols}), ggain = h.uniform({cols});
+           B::template rmsnorm<T>(rows, cols, x.data(), gain.data(), T(1e-6), y.data(), rstd.data());
+           B::template rmsnorm_backward<T>(rows, cols, x.data(), gain.data(), rstd.data(), gy.data(), gx.data(),
+                                           ggain.data());
+           for (const Tens* t : {&y, &rstd, &gx, &ggain}) outs.push_back(H::doubles(*t));
+         }
+         return outs;
        }},
       {"map: 3 and 4 operands with broadcast, output aliasing an operand",
        [](H& h) {

@@ -26,8 +26,8 @@
 #include "megacpp/backends/cuda/detail/gemm.cuh"
 #include "megacpp/backends/cuda/detail/indexing.cuh"
 #include "megacpp/backends/cuda/detail/memory.cuh"
-#include "megacpp/backends/cuda/detail/reduce.cuh"
-#include "megacpp/backends/cuda/detail/rows.cuh"
+#include "megacpp/backends/cuda/detail/reduce_launch.cuh"
+#include "megacpp/backends/cuda/detail/rows_launch.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 #include "megacpp/core.hpp"

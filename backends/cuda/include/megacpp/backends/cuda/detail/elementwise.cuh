@@ -17,16 +17,12 @@
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/operand.cuh"
 #include "megacpp/backends/cuda/detail/packet.cuh"
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/dtypes.hpp"
 
 namespace megacpp::cuda {
-
-template <class T>
-__device__ inline T operand_at(const In<T>& in, index_t flat, index_t col) {
-  return in.broadcast ? in.data[col] : in.data[flat];
-}
 
 // out[r, c] = f(ins[r, c]...); broadcast operands read ins[c]. Each element is read and written
 // by one thread, so `out` may alias a full operand (the accumulate-into-gradient pattern).

@@ -1,5 +1,5 @@
-// CUDA backend: fused per-row kernels (softmax, log-softmax, RMSNorm). Semantics and formulas:
-// cpu/detail/rows.hpp. Softmax and log-softmax take one block per row; RMSNorm one warp per row
+// CUDA backend: fused per-row kernels (softmax, log-softmax, RMSNorm), launched by rows_launch.cuh.
+// Semantics and formulas: cpu/detail/rows.hpp. Softmax and log-softmax take one block per row; RMSNorm one warp per row
 // of up to kWarpRowMaxCols columns, one block per longer row. Row sums and maxima use
 // block_reduce's or warp_sum's fixed trees, which make every result reproducible run to run.
 #pragma once
@@ -10,6 +10,7 @@
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/packet.cuh"
+#include "megacpp/backends/cuda/detail/reduce.cuh"
 #include "megacpp/core/config.hpp"
 
 namespace megacpp::cuda {
@@ -207,87 +208,33 @@ __global__ void rmsnorm_backward_x_warp_kernel(index_t rows, index_t cols, const
   }
 }
 
-// ggain += sum_rows gy * xhat. A block owns 32 columns; its kRowStripes thread rows split the
-// rows round-robin and their partial sums are added in stripe order: deterministic, no atomics.
-inline constexpr int kRowStripes = 8;
-
+// ggain += sum_rows gy * x * rstd (= gy * xhat): a sum over every row of each column, the strided
+// reduction of reduce.cuh with the row's rstd as a third factor. A block is 32 columns times
+// kReduceStripes stripes of a chunk of rows (`split`: the whole of the rows, or one of the chunks
+// that give a width of a few hundred columns more than a few blocks), in double, the stripes added
+// in stripe order. One chunk adds into ggain; several write partials[(k, c)], which the launch
+// adds in chunk order (reduce_launch.cuh). Deterministic, no atomics.
 template <class T>
-__global__ void rmsnorm_backward_gain_kernel(index_t rows, index_t cols, const T* x, const T* rstd, const T* gy,
-                                             T* ggain) {
-  __shared__ T partial[kRowStripes][33];
-  const index_t c = static_cast<index_t>(blockIdx.x) * 32 + threadIdx.x;
-  T acc = 0;
-  if (c < cols) {
-    for (index_t r = threadIdx.y; r < rows; r += kRowStripes) acc += gy[r * cols + c] * x[r * cols + c] * rstd[r];
-  }
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    T total = 0;
-    for (int s = 0; s < kRowStripes; ++s) total += partial[s][threadIdx.x];
-    ggain[c] += total;
-  }
-}
-
-template <class T>
-void softmax(index_t rows, index_t cols, const T* x, T* y) {
-  if (rows == 0 || cols == 0) return;
-  softmax_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, x, y);
-  MEGACPP_CUDA_CHECK_LAUNCH(softmax_kernel);
-}
-template <class T>
-void softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T* gx) {
-  if (rows == 0 || cols == 0) return;
-  softmax_backward_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, y, gy, gx);
-  MEGACPP_CUDA_CHECK_LAUNCH(softmax_backward_kernel);
-}
-template <class T>
-void log_softmax(index_t rows, index_t cols, const T* x, T* y) {
-  if (rows == 0 || cols == 0) return;
-  log_softmax_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, x, y);
-  MEGACPP_CUDA_CHECK_LAUNCH(log_softmax_kernel);
-}
-template <class T>
-void log_softmax_backward(index_t rows, index_t cols, const T* y, const T* gy, T* gx) {
-  if (rows == 0 || cols == 0) return;
-  log_softmax_backward_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, y, gy, gx);
-  MEGACPP_CUDA_CHECK_LAUNCH(log_softmax_backward_kernel);
-}
-template <class T>
-void rmsnorm(index_t rows, index_t cols, const T* x, const T* gain, T eps, T* y, T* rstd) {
-  if (rows == 0 || cols == 0) return;
-  if (cols <= kWarpRowMaxCols) {  // a warp per row, kThreads / 32 rows per block
-    const unsigned blocks = grid_for(rows * 32);
-    if (fits_packets<T>(cols, {x, gain, y}))  // whole rows of packets: every row starts aligned
-      rmsnorm_warp_kernel<T, Packet<T>::kSize><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, eps, y, rstd);
-    else
-      rmsnorm_warp_kernel<T, 1><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, eps, y, rstd);
-    MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_warp_kernel);
-    return;
-  }
-  rmsnorm_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, x, gain, eps, y, rstd);
-  MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_kernel);
-}
-// gx and ggain may each be null (not needed).
-template <class T>
-void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, const T* rstd, const T* gy, T* gx,
-                      T* ggain) {
-  if (rows == 0 || cols == 0) return;
-  if (gx && cols <= kWarpRowMaxCols) {
-    const unsigned blocks = grid_for(rows * 32);
-    if (fits_packets<T>(cols, {x, gain, gy, gx}))
-      rmsnorm_backward_x_warp_kernel<T, Packet<T>::kSize><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, rstd, gy, gx);
-    else
-      rmsnorm_backward_x_warp_kernel<T, 1><<<blocks, kThreads, 0, kStream>>>(rows, cols, x, gain, rstd, gy, gx);
-    MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_x_warp_kernel);
-  } else if (gx) {
-    rmsnorm_backward_x_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, cols, x, gain, rstd, gy, gx);
-    MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_x_kernel);
-  }
-  if (ggain) {
-    rmsnorm_backward_gain_kernel<T><<<grid_per_item((cols + 31) / 32), dim3(32, kRowStripes), 0, kStream>>>(
-        rows, cols, x, rstd, gy, ggain);
-    MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_gain_kernel);
+__global__ void rmsnorm_backward_gain_kernel(index_t rows, index_t cols, ReduceSplit split, const T* x, const T* rstd,
+                                             const T* gy, T* ggain, double* partials) {
+  __shared__ double partial[kReduceStripes][kReduceCols + 1];  // +1: no bank conflicts on the column read
+  const index_t col_blocks = reduce_col_blocks(cols);
+  for (index_t blk = blockIdx.x; blk < split.count * col_blocks; blk += gridDim.x) {
+    const index_t k = blk / col_blocks, c = (blk % col_blocks) * kReduceCols + threadIdx.x;
+    double acc = 0;
+    if (c < cols) {
+      for (index_t r = split.begin(k) + threadIdx.y; r < split.end(k, rows); r += kReduceStripes)
+        acc += static_cast<double>(gy[r * cols + c] * x[r * cols + c] * rstd[r]);
+    }
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      double total = 0;
+      for (int s = 0; s < kReduceStripes; ++s) total += partial[s][threadIdx.x];
+      if (partials) partials[k * cols + c] = total;
+      else store_reduced(ggain + c, total, T(1), T(1));
+    }
+    __syncthreads();  // partial is reused by the next block of this loop
   }
 }
 
