@@ -51,7 +51,7 @@ else
   status=1
 fi
 : > "$out"
-for bench in attention mamba m2rnn moe train_step; do
+for bench in attention mamba m2rnn moe reduce train_step; do
   run "bench_${bench}_cuda" "$bench_dir/bench/$bench/bench_${bench}_cuda"
   [ -f "/tmp/cuda-check-bench_${bench}_cuda.log" ] && tail -n 1 "/tmp/cuda-check-bench_${bench}_cuda.log" >> "$out"
 done

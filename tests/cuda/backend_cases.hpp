@@ -188,7 +188,7 @@ std::vector<Case<T, B>> kernel_cases() {
        }},
       // Shapes whose outputs alone leave the GPU idle: CUDA cuts j into chunks and sums in two passes
       // (detail/reduce.cuh).
-      {"reduce in two passes: a bias's gradient (1, 4096, 96), ragged chunks (2, 1000, 40) with beta 0 over NaN, "
+      {"reduce in two passes: a bias's gradient (1, 4096, 96), uneven chunks (2, 1000, 40) with beta 0 over NaN, "
        "a sum of everything (1, 100000, 1) with scale and beta",
        [](H& h) {
          Tens x = h.uniform({4096, 96}), w = h.uniform({96}), out = h.uniform({96});
@@ -199,7 +199,7 @@ std::vector<Case<T, B>> kernel_cases() {
          B::template reduce<T>(1, 100000, 1, fn::Square{}, T(1e-5), T(0.5), out3.data(), In<T>{x3.data()});
          return H::values({out, out2, out3});
        }},
-      {"rmsnorm's gain gradient over many rows, in chunks: (4096, 512) and ragged (1000, 40); gx and ggain added into",
+      {"rmsnorm's gain gradient over many rows, in chunks: (4096, 512) and uneven (1000, 40); gx and ggain added into",
        [](H& h) {
          Outputs outs;
          for (const auto& [rows, cols] : {std::pair<index_t, index_t>{4096, 512}, {1000, 40}}) {

@@ -19,7 +19,7 @@ void emulated_reduce_pass(index_t outer, index_t n, index_t inner, const cuda::R
                           T* out, double* partials, Ins... ins) {
   if (inner == 1) {
     const LaunchConfig config{dim3(cuda::grid_per_item(outer * split.count)),
-                              dim3(static_cast<unsigned>(cuda::contiguous_reduce_threads(split.length))), 0};
+                              dim3(static_cast<unsigned>(cuda::contiguous_reduce_threads(split.longest()))), 0};
     launch(cuda::reduce_contiguous_kernel<T, F, Ins...>, config, outer, n, split, f, scale, beta, out, partials, ins...);
     return;
   }

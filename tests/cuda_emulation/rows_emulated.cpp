@@ -78,13 +78,13 @@ void emulated_rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* 
     const cuda::ReduceSplit split = cuda::reduce_split(col_blocks, rows, cuda::kMinStridedChunk);
     const dim3 block(cuda::kReduceCols, cuda::kReduceStripes);
     if (split.count == 1) {
-      launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(col_blocks)), block, 0}, rows, cols, split,
-             x, rstd, gy, ggain, nullptr);
+      launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(col_blocks)), block, 0}, cols, split, x,
+             rstd, gy, ggain, nullptr);
       return;
     }
     std::vector<double> partials = uninitialized_device<double>(split.count * cols);
-    launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(split.count * col_blocks)), block, 0}, rows,
-           cols, split, x, rstd, gy, ggain, partials.data());
+    launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(split.count * col_blocks)), block, 0}, cols,
+           split, x, rstd, gy, ggain, partials.data());
     emulated_reduce_pass<T>(1, split.count, cols, cuda::ReduceSplit{split.count, 1}, fn::Identity{}, T(1), T(1), ggain,
                             nullptr, In<double>{partials.data()});
   }

@@ -3,7 +3,7 @@
 // (cpu/detail/rows.hpp), in float and double: a block per row, and RMSNorm's warp per row with and
 // without 16-byte packets; gradients added into non-zero values; a fully masked softmax row. The
 // RMSNorm gain gradient is a sum over every row: one pass for few rows, chunks of rows summed in two
-// passes for many (4,096 rows at width 512, ragged chunks, a single column). Also the same bits run
+// passes for many (4,096 rows at width 512, uneven chunks, a single column). Also the same bits run
 // to run and under the reversed and greedy schedules.
 #include <catch2/catch.hpp>
 
@@ -106,7 +106,7 @@ struct RmsNormCase {
   index_t rows, cols;
   bool with_gain;
   index_t gain_chunks;  // the cut of the gain gradient's rows (1: one pass)
-  bool large = false;   // left out of the schedule test (the ragged and one-column cases take two passes there)
+  bool large = false;   // left out of the schedule test (the uneven and one-column cases take two passes there)
 };
 
 const std::vector<RmsNormCase>& rmsnorm_cases() {
@@ -118,7 +118,7 @@ const std::vector<RmsNormCase>& rmsnorm_cases() {
       // The gain gradient sums 4,096 terms: the CPU in float, one running sum per column; CUDA in
       // double, in 32 chunks. They differ by the CPU's float rounding (measured 1.7e-6).
       {"(4096, 512) with gain: the gain gradient in 32 chunks of 128 rows", 4096, 512, true, 32, true},
-      {"(1000, 40) with gain: ragged chunks, 7 of 143 rows", 1000, 40, true, 7},
+      {"(1000, 40) with gain: uneven chunks, 7 of 142 or 143 rows", 1000, 40, true, 7},
       {"(3000, 1) with gain: one column, 23 chunks", 3000, 1, true, 23},
   };
   return all;

@@ -50,21 +50,20 @@ inline constexpr index_t kMaxReduceChunks = 128;
 inline constexpr index_t kMinStridedChunk = 16 * kReduceStripes;
 inline constexpr index_t kMinContiguousChunk = 32 * 256;
 
-// j < n cut into `count` chunks [k length, min((k + 1) length, n)); one chunk is the whole of j.
+// j < n cut into `count` chunks as even as integers allow: chunk k is [k n / count, (k + 1) n /
+// count), floor(n / count) or ceil(n / count) long. One chunk is the whole of j.
 struct ReduceSplit {
-  index_t length = 0, count = 1;
-  MEGACPP_HD index_t begin(index_t k) const { return k * length; }
-  MEGACPP_HD index_t end(index_t k, index_t n) const { return (k + 1) * length < n ? (k + 1) * length : n; }
+  index_t n = 0, count = 1;
+  MEGACPP_HD index_t begin(index_t k) const { return k * n / count; }
+  MEGACPP_HD index_t end(index_t k) const { return (k + 1) * n / count; }
+  index_t longest() const { return (n + count - 1) / count; }
 };
 
 // The cut for a reduction whose outputs alone make `blocks` blocks: enough chunks to bring the
 // first pass to about kReduceTargetBlocks, none shorter than min_chunk, at most kMaxReduceChunks.
 inline ReduceSplit reduce_split(index_t blocks, index_t n, index_t min_chunk) {
   const index_t wanted = (kReduceTargetBlocks + blocks - 1) / std::max<index_t>(blocks, 1);
-  const index_t count = std::min({wanted, n / min_chunk, kMaxReduceChunks});
-  if (count <= 1) return {n, 1};
-  const index_t length = (n + count - 1) / count;
-  return {length, (n + length - 1) / length};
+  return {n, std::max<index_t>(1, std::min({wanted, n / min_chunk, kMaxReduceChunks}))};
 }
 
 MEGACPP_HD index_t reduce_col_blocks(index_t inner) { return (inner + kReduceCols - 1) / kReduceCols; }
@@ -90,7 +89,7 @@ __global__ void reduce_strided_kernel(index_t outer, index_t n, index_t inner, R
     const index_t i = (blk % col_blocks) * kReduceCols + threadIdx.x;
     double acc = 0;
     if (i < inner) {
-      for (index_t j = split.begin(k) + threadIdx.y; j < split.end(k, n); j += kReduceStripes)
+      for (index_t j = split.begin(k) + threadIdx.y; j < split.end(k); j += kReduceStripes)
         acc += static_cast<double>(f(operand_at(ins, (o * n + j) * inner + i, i)...));
     }
     partial[threadIdx.y][threadIdx.x] = acc;
@@ -114,7 +113,7 @@ __global__ void reduce_contiguous_kernel(index_t outer, index_t n, ReduceSplit s
   for (index_t blk = blockIdx.x; blk < outer * split.count; blk += gridDim.x) {
     const index_t o = blk / split.count, k = blk % split.count;
     double acc = 0;
-    for (index_t j = split.begin(k) + threadIdx.x; j < split.end(k, n); j += blockDim.x)
+    for (index_t j = split.begin(k) + threadIdx.x; j < split.end(k); j += blockDim.x)
       acc += static_cast<double>(f(operand_at(ins, o * n + j, 0)...));
     acc = block_sum(acc);
     if (threadIdx.x == 0) {

@@ -19,7 +19,7 @@ template <class T, class F, class... Ins>
 void launch_reduce_pass(index_t outer, index_t n, index_t inner, const ReduceSplit& split, F f, T scale, T beta, T* out,
                         double* partials, Ins... ins) {
   if (inner == 1) {
-    reduce_contiguous_kernel<T><<<grid_per_item(outer * split.count), contiguous_reduce_threads(split.length), 0,
+    reduce_contiguous_kernel<T><<<grid_per_item(outer * split.count), contiguous_reduce_threads(split.longest()), 0,
                                   kStream>>>(outer, n, split, f, scale, beta, out, partials, ins...);
     MEGACPP_CUDA_CHECK_LAUNCH(reduce_contiguous_kernel);
     return;

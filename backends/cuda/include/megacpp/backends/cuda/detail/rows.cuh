@@ -213,9 +213,9 @@ __global__ void rmsnorm_backward_x_warp_kernel(index_t rows, index_t cols, const
 // kReduceStripes stripes of a chunk of rows (`split`: the whole of the rows, or one of the chunks
 // that give a width of a few hundred columns more than a few blocks), in double, the stripes added
 // in stripe order. One chunk adds into ggain; several write partials[(k, c)], which the launch
-// adds in chunk order (reduce_launch.cuh). Deterministic, no atomics.
+// adds in a fixed order (reduce_launch.cuh's second pass). Deterministic, no atomics.
 template <class T>
-__global__ void rmsnorm_backward_gain_kernel(index_t rows, index_t cols, ReduceSplit split, const T* x, const T* rstd,
+__global__ void rmsnorm_backward_gain_kernel(index_t cols, ReduceSplit split, const T* x, const T* rstd,
                                              const T* gy, T* ggain, double* partials) {
   __shared__ double partial[kReduceStripes][kReduceCols + 1];  // +1: no bank conflicts on the column read
   const index_t col_blocks = reduce_col_blocks(cols);
@@ -223,7 +223,7 @@ __global__ void rmsnorm_backward_gain_kernel(index_t rows, index_t cols, ReduceS
     const index_t k = blk / col_blocks, c = (blk % col_blocks) * kReduceCols + threadIdx.x;
     double acc = 0;
     if (c < cols) {
-      for (index_t r = split.begin(k) + threadIdx.y; r < split.end(k, rows); r += kReduceStripes)
+      for (index_t r = split.begin(k) + threadIdx.y; r < split.end(k); r += kReduceStripes)
         acc += static_cast<double>(gy[r * cols + c] * x[r * cols + c] * rstd[r]);
     }
     partial[threadIdx.y][threadIdx.x] = acc;

@@ -74,14 +74,14 @@ void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, con
     const ReduceSplit split = reduce_split(col_blocks, rows, kMinStridedChunk);
     const dim3 block(kReduceCols, kReduceStripes);
     if (split.count == 1) {
-      rmsnorm_backward_gain_kernel<T><<<grid_per_item(col_blocks), block, 0, kStream>>>(rows, cols, split, x, rstd, gy,
+      rmsnorm_backward_gain_kernel<T><<<grid_per_item(col_blocks), block, 0, kStream>>>(cols, split, x, rstd, gy,
                                                                                           ggain, nullptr);
       MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_gain_kernel);
       return;
     }
     const DeviceBuffer<double> partials(static_cast<std::size_t>(split.count * cols));
     rmsnorm_backward_gain_kernel<T><<<grid_per_item(split.count * col_blocks), block, 0, kStream>>>(
-        rows, cols, split, x, rstd, gy, ggain, partials.get());
+        cols, split, x, rstd, gy, ggain, partials.get());
     MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_gain_kernel);
     launch_reduce_pass<T>(1, split.count, cols, ReduceSplit{split.count, 1}, fn::Identity{}, T(1), T(1), ggain, nullptr,
                           In<double>{partials.get()});
