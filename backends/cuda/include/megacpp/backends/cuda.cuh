@@ -20,7 +20,7 @@
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL
 #include "megacpp/backends/cuda/detail/check.cuh"
-#include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/elementwise_launch.cuh"
 #include "megacpp/backends/cuda/detail/expert_routing.cuh"
 #include "megacpp/backends/cuda/detail/gated_combine.cuh"
 #include "megacpp/backends/cuda/detail/gemm.cuh"

@@ -11,7 +11,7 @@
 
 #include "megacpp/backends/cuda/detail/attention.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
-#include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/elementwise_launch.cuh"
 #include "megacpp/backends/cuda/detail/memory.cuh"
 #include "megacpp/core/kernels/documents.hpp"
 

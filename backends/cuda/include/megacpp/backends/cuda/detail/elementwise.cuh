@@ -1,5 +1,6 @@
 // CUDA backend: functor-driven elementwise maps, broadcasts, strided copies, layout changes,
-// element-type conversion, fill and the index range check. Semantics: cpu/detail/elementwise.hpp.
+// element-type conversion, fill and the index range check: the kernels (launched by
+// elementwise_launch.cuh). Semantics: cpu/detail/elementwise.hpp.
 //
 // Every kernel is a grid-stride loop computing each output element on exactly one thread, so
 // results do not depend on the launch geometry.
@@ -12,8 +13,6 @@
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
 #include <cstdint>
-#include <cstring>
-#include <utility>
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
@@ -59,26 +58,6 @@ __global__ void map_packet_kernel(index_t packets, index_t cols, bool any_broadc
   }
 }
 
-template <class T, class F, class... Ins>
-void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
-  const index_t total = rows * cols;
-  if (total == 0) return;
-  const bool any_broadcast = (ins.broadcast || ... || false);
-  if constexpr (kHasPacket<T>) {
-    constexpr index_t kSize = Packet<T>::kSize;
-    // A broadcast operand's packets line up with the output's only when each row is whole packets.
-    if (fits_packets<T>(total, {out, ins.data...}) && (!any_broadcast || cols % kSize == 0)) {
-      const index_t packets = total / kSize;
-      map_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(packets, cols, any_broadcast, f,
-                                                                         reinterpret_cast<Packet<T>*>(out), ins...);
-      MEGACPP_CUDA_CHECK_LAUNCH(map_packet_kernel);
-      return;
-    }
-  }
-  map_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(total, cols, any_broadcast, f, out, ins...);
-  MEGACPP_CUDA_CHECK_LAUNCH(map_kernel);
-}
-
 // f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (cpu/detail/elementwise.hpp).
 template <class T, class F>
 __global__ void update_in_place_kernel(index_t n, F f, T* a, T* b, T* c, const T* x) {
@@ -100,24 +79,6 @@ __global__ void update_in_place_packet_kernel(index_t packets, F f, Packet<T>* a
   }
 }
 
-template <class T, class F>
-void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
-  if (n == 0) return;
-  if constexpr (kHasPacket<T>) {
-    constexpr index_t kSize = Packet<T>::kSize;
-    if (fits_packets<T>(n, {a, b, c, x})) {
-      const index_t packets = n / kSize;
-      update_in_place_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(
-          packets, f, reinterpret_cast<Packet<T>*>(a), reinterpret_cast<Packet<T>*>(b), reinterpret_cast<Packet<T>*>(c),
-          reinterpret_cast<const Packet<T>*>(x));
-      MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_packet_kernel);
-      return;
-    }
-  }
-  update_in_place_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, a, b, c, x);
-  MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_kernel);
-}
-
 // dst[o, j, i] = beta * dst[o, j, i] + scale * src[o, i]  (the backward of a sum over j).
 template <class T>
 __global__ void expand_kernel(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
@@ -126,14 +87,6 @@ __global__ void expand_kernel(index_t outer, index_t n, index_t inner, T scale, 
     const T s = scale * src[(idx / (n * inner)) * inner + idx % inner];
     dst[idx] = beta == T(0) ? s : beta * dst[idx] + s;
   }
-}
-
-template <class T>
-void expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
-  const index_t total = outer * n * inner;
-  if (total == 0) return;
-  expand_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(outer, n, inner, scale, src, beta, dst);
-  MEGACPP_CUDA_CHECK_LAUNCH(expand_kernel);
 }
 
 // dst[r, :cols] = beta * dst[r, :cols] + src[r, :cols] with row strides (slice, concat).
@@ -145,28 +98,6 @@ __global__ void copy_2d_kernel(index_t rows, index_t cols, const T* src, index_t
     T& d = dst[r * dst_ld + c];
     d = beta == T(0) ? src[r * src_ld + c] : beta * d + src[r * src_ld + c];
   }
-}
-
-template <class T>
-void copy_2d(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
-  if (rows == 0 || cols == 0) return;
-  if (beta == T(0)) {
-    // Plain copies go to the copy engine: one contiguous block, or a pitched 2D copy while the
-    // pitches stay below cudaMemcpy2D's limit (the device's memPitch, 2^31 - 1 bytes).
-    const auto bytes = [](index_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
-    if (rows == 1 || (src_ld == cols && dst_ld == cols)) {
-      MEGACPP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes(rows * cols), cudaMemcpyDeviceToDevice, kStream));
-      return;
-    }
-    constexpr std::size_t kMaxPitch = (std::size_t{1} << 31) - 1;
-    if (bytes(src_ld) <= kMaxPitch && bytes(dst_ld) <= kMaxPitch) {
-      MEGACPP_CUDA_CHECK(cudaMemcpy2DAsync(dst, bytes(dst_ld), src, bytes(src_ld), bytes(cols), static_cast<std::size_t>(rows),
-                                           cudaMemcpyDeviceToDevice, kStream));
-      return;
-    }
-  }
-  copy_2d_kernel<T><<<grid_for(rows * cols), kThreads, 0, kStream>>>(rows, cols, src, src_ld, beta, dst, dst_ld);
-  MEGACPP_CUDA_CHECK_LAUNCH(copy_2d_kernel);
 }
 
 // Swaps two axes: src (outer, d0, mid, d1, inner) -> dst (outer, d1, mid, d0, inner),
@@ -190,14 +121,6 @@ __global__ void transpose_kernel(index_t outer, index_t d0, index_t mid, index_t
     const T s = src[(((o * d0 + a) * mid + m) * d1 + b) * inner + i];
     dst[idx] = beta == T(0) ? s : beta * dst[idx] + s;
   }
-}
-
-template <class T>
-void transpose(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta, T* dst) {
-  const index_t total = outer * d0 * mid * d1 * inner;
-  if (total == 0) return;
-  transpose_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(outer, d0, mid, d1, inner, src, beta, dst);
-  MEGACPP_CUDA_CHECK_LAUNCH(transpose_kernel);
 }
 
 // Element-type conversion with the host's exact rounding (convert_element is MEGACPP_HD).
@@ -227,23 +150,6 @@ __global__ void convert_vector_kernel(index_t vectors, const ConvertVector<From>
   }
 }
 
-template <class From, class To>
-void convert(std::size_t n, const From* src, To* dst) {
-  if (n == 0) return;
-  const auto count = static_cast<index_t>(n);
-  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % sizeof(ConvertVector<From>) == 0 &&
-                       reinterpret_cast<std::uintptr_t>(dst) % sizeof(ConvertVector<To>) == 0;
-  if (aligned && count % kConvertVector == 0) {
-    const index_t vectors = count / kConvertVector;
-    convert_vector_kernel<From, To><<<grid_for(vectors), kThreads, 0, kStream>>>(
-        vectors, reinterpret_cast<const ConvertVector<From>*>(src), reinterpret_cast<ConvertVector<To>*>(dst));
-    MEGACPP_CUDA_CHECK_LAUNCH(convert_vector_kernel);
-    return;
-  }
-  convert_kernel<From, To><<<grid_for(count), kThreads, 0, kStream>>>(count, src, dst);
-  MEGACPP_CUDA_CHECK_LAUNCH(convert_kernel);
-}
-
 template <class T>
 __global__ void fill_kernel(index_t n, T value, T* dst) {
   for (index_t i = global_thread(); i < n; i += grid_stride()) dst[i] = value;
@@ -252,36 +158,6 @@ __global__ void fill_kernel(index_t n, T value, T* dst) {
 template <class T>
 __global__ void fill_packet_kernel(index_t packets, Packet<T> value, Packet<T>* dst) {
   for (index_t p = global_thread(); p < packets; p += grid_stride()) dst[p] = value;
-}
-
-// A value whose bytes are all zero (0, 0.0f, not -0.0f) is one cudaMemsetAsync (zeroing gradients
-// is most of the fills of a training step); others a packet per thread where the pointer and
-// length allow.
-template <class T>
-void fill(T* dst, std::size_t n, T value) {
-  if (n == 0) return;
-  unsigned char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));
-  bool zero = true;
-  for (const unsigned char b : bytes) zero = zero && b == 0;
-  if (zero) {
-    MEGACPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(T), kStream));
-    return;
-  }
-  const auto count = static_cast<index_t>(n);
-  if constexpr (kHasPacket<T>) {
-    constexpr index_t kSize = Packet<T>::kSize;
-    if (fits_packets<T>(count, {dst})) {
-      Packet<T> packet;
-      for (int e = 0; e < Packet<T>::kSize; ++e) packet.e[e] = value;
-      const index_t packets = count / kSize;
-      fill_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(packets, packet, reinterpret_cast<Packet<T>*>(dst));
-      MEGACPP_CUDA_CHECK_LAUNCH(fill_packet_kernel);
-      return;
-    }
-  }
-  fill_kernel<T><<<grid_for(count), kThreads, 0, kStream>>>(count, value, dst);
-  MEGACPP_CUDA_CHECK_LAUNCH(fill_kernel);
 }
 
 // Smallest and largest index (for the ops' range checks). Integer min/max are exact and
@@ -300,36 +176,6 @@ __global__ void minmax_index_kernel(index_t n, const I* idx, I* result) {
     atomicMin(result, lo);
     atomicMax(result + 1, hi);
   }
-}
-
-// A two-int device buffer per host thread for minmax_index's result, allocated once (a
-// cudaMalloc per embedding call would synchronize the device each time).
-class MinmaxScratch {
- public:
-  MinmaxScratch() = default;
-  MinmaxScratch(const MinmaxScratch&) = delete;
-  MinmaxScratch& operator=(const MinmaxScratch&) = delete;
-  ~MinmaxScratch() { if (data_) cudaFree(data_); }  // status ignored: may run at process exit
-  std::int32_t* get() {
-    if (!data_) MEGACPP_CUDA_CHECK(cudaMalloc(&data_, 2 * sizeof(std::int32_t)));
-    return data_;
-  }
-
- private:
-  std::int32_t* data_ = nullptr;
-};
-
-inline std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::int32_t* idx) {
-  std::int32_t host[2] = {::cuda::std::numeric_limits<std::int32_t>::max(),
-                          ::cuda::std::numeric_limits<std::int32_t>::min()};
-  if (n == 0) return {host[0], host[1]};
-  thread_local MinmaxScratch scratch;
-  std::int32_t* result = scratch.get();
-  MEGACPP_CUDA_CHECK(cudaMemcpyAsync(result, host, sizeof(host), cudaMemcpyHostToDevice, kStream));
-  minmax_index_kernel<std::int32_t><<<grid_for(n), kThreads, 0, kStream>>>(n, idx, result);
-  MEGACPP_CUDA_CHECK_LAUNCH(minmax_index_kernel);
-  MEGACPP_CUDA_CHECK(cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
-  return {host[0], host[1]};
 }
 
 }  // namespace megacpp::cuda

@@ -1,0 +1,140 @@
+// tests/cuda_emulation/elementwise_emulated.cpp: the launches of detail/elementwise_launch.cuh on
+// the emulator, mirrored call for call (the launch header's <<<>>> is not host C++): the same
+// kernels, grids, block sizes and packet choices. What the launches hand to the CUDA runtime (a
+// plain copy to cudaMemcpyAsync / cudaMemcpy2DAsync, a zero fill to cudaMemsetAsync) is done here
+// by the host's memcpy and memset, which is what those calls do.
+#include "elementwise_emulated.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#include "emulator/launch.hpp"
+
+#define MEGACPP_CUDA_BACKEND_INTERNAL  // as megacpp/backends/cuda.cuh does around its detail headers
+#include "megacpp/backends/cuda/detail/elementwise.cuh"
+#undef MEGACPP_CUDA_BACKEND_INTERNAL
+
+namespace megacpp::cuda_emulation {
+namespace {
+
+// A grid-stride launch over n items, as grid_for sizes it.
+LaunchConfig grid_stride(index_t n) { return {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}; }
+
+}  // namespace
+
+template <class T, class F, class... Ins>
+void EmulatedElementwise::map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
+  const index_t total = rows * cols;
+  if (total == 0) return;
+  const bool any_broadcast = (ins.broadcast || ... || false);
+  if constexpr (cuda::kHasPacket<T>) {
+    constexpr index_t kSize = cuda::Packet<T>::kSize;
+    if (cuda::fits_packets<T>(total, {out, ins.data...}) && (!any_broadcast || cols % kSize == 0)) {
+      const index_t packets = total / kSize;
+      launch(cuda::map_packet_kernel<T, F, Ins...>, grid_stride(packets), packets, cols, any_broadcast, f,
+             reinterpret_cast<cuda::Packet<T>*>(out), ins...);
+      return;
+    }
+  }
+  launch(cuda::map_kernel<T, F, Ins...>, grid_stride(total), total, cols, any_broadcast, f, out, ins...);
+}
+
+template <class T, class F>
+void EmulatedElementwise::update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
+  if (n == 0) return;
+  using P = cuda::Packet<T>;
+  if (cuda::fits_packets<T>(n, {a, b, c, x})) {
+    const index_t packets = n / P::kSize;
+    launch(cuda::update_in_place_packet_kernel<T, F>, grid_stride(packets), packets, f,
+           reinterpret_cast<P*>(a), reinterpret_cast<P*>(b), reinterpret_cast<P*>(c), reinterpret_cast<const P*>(x));
+    return;
+  }
+  launch(cuda::update_in_place_kernel<T, F>, grid_stride(n), n, f, a, b, c, x);
+}
+
+template <class T>
+void EmulatedElementwise::expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
+  const index_t total = outer * n * inner;
+  if (total == 0) return;
+  launch(cuda::expand_kernel<T>, grid_stride(total), outer, n, inner, scale, src, beta, dst);
+}
+
+template <class T>
+void EmulatedElementwise::copy_2d(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
+  if (rows == 0 || cols == 0) return;
+  if (beta == T(0)) {  // cudaMemcpyAsync / cudaMemcpy2DAsync (pitches far below the limit here)
+    const auto bytes = [](index_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
+    if (rows == 1 || (src_ld == cols && dst_ld == cols)) {
+      std::memcpy(dst, src, bytes(rows * cols));
+      return;
+    }
+    for (index_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, bytes(cols));
+    return;
+  }
+  launch(cuda::copy_2d_kernel<T>, grid_stride(rows * cols), rows, cols, src, src_ld, beta, dst, dst_ld);
+}
+
+template <class T>
+void EmulatedElementwise::transpose(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta, T* dst) {
+  const index_t total = outer * d0 * mid * d1 * inner;
+  if (total == 0) return;
+  launch(cuda::transpose_kernel<T>, grid_stride(total), outer, d0, mid, d1, inner, src, beta, dst);
+}
+
+template <class From, class To>
+void EmulatedElementwise::convert(std::size_t n, const From* src, To* dst) {
+  if (n == 0) return;
+  const auto count = static_cast<index_t>(n);
+  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % sizeof(cuda::ConvertVector<From>) == 0 &&
+                       reinterpret_cast<std::uintptr_t>(dst) % sizeof(cuda::ConvertVector<To>) == 0;
+  if (aligned && count % cuda::kConvertVector == 0) {
+    const index_t vectors = count / cuda::kConvertVector;
+    launch(cuda::convert_vector_kernel<From, To>, grid_stride(vectors), vectors,
+           reinterpret_cast<const cuda::ConvertVector<From>*>(src), reinterpret_cast<cuda::ConvertVector<To>*>(dst));
+    return;
+  }
+  launch(cuda::convert_kernel<From, To>, grid_stride(count), count, src, dst);
+}
+
+template <class T>
+void EmulatedElementwise::fill(T* dst, std::size_t n, T value) {
+  if (n == 0) return;
+  unsigned char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  bool zero = true;
+  for (const unsigned char b : bytes) zero = zero && b == 0;
+  if (zero) {  // cudaMemsetAsync
+    std::memset(static_cast<void*>(dst), 0, n * sizeof(T));
+    return;
+  }
+  const auto count = static_cast<index_t>(n);
+  using P = cuda::Packet<T>;
+  if (cuda::fits_packets<T>(count, {dst})) {
+    P packet;
+    for (int e = 0; e < P::kSize; ++e) packet.e[e] = value;
+    const index_t packets = count / P::kSize;
+    launch(cuda::fill_packet_kernel<T>, grid_stride(packets), packets, packet, reinterpret_cast<P*>(dst));
+    return;
+  }
+  launch(cuda::fill_kernel<T>, grid_stride(count), count, value, dst);
+}
+
+#define MEGACPP_EMULATED_ELEMENTWISE(T)                                                                         \
+  template void EmulatedElementwise::map<T, fn::Add, In<T>, In<T>>(index_t, index_t, fn::Add, T*, In<T>, In<T>); \
+  template void EmulatedElementwise::map<T, fn::AccumulateOf<fn::Mul>, In<T>, In<T>, In<T>>(                    \
+      index_t, index_t, fn::AccumulateOf<fn::Mul>, T*, In<T>, In<T>, In<T>);                                    \
+  template void EmulatedElementwise::map<T, fn::Relu2, In<T>>(index_t, index_t, fn::Relu2, T*, In<T>);          \
+  template void EmulatedElementwise::update_in_place<T, fn::AdamWStep>(index_t, fn::AdamWStep, T*, T*, T*,      \
+                                                                       const T*);                               \
+  template void EmulatedElementwise::expand<T>(index_t, index_t, index_t, T, const T*, T, T*);                  \
+  template void EmulatedElementwise::copy_2d<T>(index_t, index_t, const T*, index_t, T, T*, index_t);           \
+  template void EmulatedElementwise::transpose<T>(index_t, index_t, index_t, index_t, index_t, const T*, T, T*); \
+  template void EmulatedElementwise::fill<T>(T*, std::size_t, T);
+MEGACPP_EMULATED_ELEMENTWISE(float)
+MEGACPP_EMULATED_ELEMENTWISE(double)
+#undef MEGACPP_EMULATED_ELEMENTWISE
+template void EmulatedElementwise::convert<float, bf16>(std::size_t, const float*, bf16*);
+template void EmulatedElementwise::convert<bf16, float>(std::size_t, const bf16*, float*);
+template void EmulatedElementwise::convert<float, double>(std::size_t, const float*, double*);
+
+}  // namespace megacpp::cuda_emulation

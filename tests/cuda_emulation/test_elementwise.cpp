@@ -1,0 +1,187 @@
+// tests/cuda_emulation/test_elementwise.cpp: the CUDA backend's elementwise kernels
+// (detail/elementwise.cuh) on the emulator against the CPU backend's (cpu/detail/elementwise.hpp),
+// in float and double, through each launch's choices: a 16-byte packet per thread (aligned
+// pointers, whole packets, broadcast rows of whole packets) or one element (a ragged length, an
+// unaligned pointer, a broadcast row of no whole packets); outputs aliasing an operand; beta 0 over
+// NaN and beta 1; AdamW's in-place step; expand, strided copies and transposes; conversions to and
+// from bf16 (vectors of 4 or single elements); fills (zero bytes, -0, values, unaligned). The maps
+// and AdamW within rounding of the CPU (GCC may fuse multiply-adds differently in the two), the
+// rest bit for bit; and the same bits under the reversed schedule.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "elementwise_emulated.hpp"
+#include "emulator/options.hpp"
+#include "host_arrays.hpp"
+
+#include "megacpp/backends/cpu.hpp"
+
+namespace megacpp::cuda_emulation {
+namespace {
+
+template <class T>
+using Outputs = std::vector<std::vector<T>>;
+
+template <class T>
+std::vector<T> draw(std::size_t n, unsigned seed, double lo = -1.0, double hi = 1.0) {
+  Rng rng(seed);
+  return uniform<T>(n, rng, lo, hi);
+}
+
+// Maps: two operands on whole packets, a ragged length, an unaligned pointer; the accumulating
+// product with the output aliasing an operand and a broadcast row of whole packets and of none;
+// one operand.
+template <class T, class Ops>
+Outputs<T> maps() {
+  std::vector<T> out = draw<T>(33 * 128, 1), a = draw<T>(33 * 128, 2), bias = draw<T>(128, 3);
+  Ops::template map<T>(33, 128, fn::AccumulateOf<fn::Mul>{}, out.data(), In<T>{out.data()}, In<T>{a.data()}, In<T>{bias.data(), true});
+  std::vector<T> ragged = draw<T>(7 * 31, 4), b = draw<T>(7 * 31, 5);
+  Ops::template map<T>(7, 31, fn::Add{}, ragged.data(), In<T>{ragged.data()}, In<T>{b.data()});
+  std::vector<T> shifted = draw<T>(4 * 32 + 1, 6), c = draw<T>(4 * 32 + 1, 7);
+  Ops::template map<T>(4, 32, fn::Add{}, shifted.data() + 1, In<T>{shifted.data() + 1}, In<T>{c.data() + 1});
+  std::vector<T> odd_rows = draw<T>(8 * 6, 8), bias6 = draw<T>(6, 9);
+  Ops::template map<T>(8, 6, fn::AccumulateOf<fn::Mul>{}, odd_rows.data(), In<T>{odd_rows.data()}, In<T>{a.data()}, In<T>{bias6.data(), true});
+  std::vector<T> squared = std::vector<T>(33 * 128, std::numeric_limits<T>::quiet_NaN());
+  Ops::template map<T>(33, 128, fn::Relu2{}, squared.data(), In<T>{a.data()});
+  return {out, ragged, shifted, odd_rows, squared};
+}
+
+// AdamW's step over 1,000 elements (packets) and 1,001 from an unaligned pointer (elements).
+template <class T, class Ops>
+Outputs<T> adamw() {
+  const fn::AdamWStep step{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}};
+  Outputs<T> outs;
+  for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
+    const auto size = static_cast<std::size_t>(n + offset);
+    std::vector<T> p = draw<T>(size, 10), m = draw<T>(size, 11), v = draw<T>(size, 12, 0.0, 1.0), g = draw<T>(size, 13);
+    Ops::template update_in_place<T>(n, step, p.data() + offset, m.data() + offset, v.data() + offset, g.data() + offset);
+    outs.insert(outs.end(), {p, m, v});
+  }
+  return outs;
+}
+
+// expand with beta 0 over NaN and beta 0.5; copy_2d with padded rows (beta 0: the runtime's copies;
+// beta 1: the kernel); transpose with beta 0 over NaN and beta 1.
+template <class T, class Ops>
+Outputs<T> layouts() {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const std::vector<T> src = draw<T>(3 * 7, 20);
+  std::vector<T> expanded(3 * 5 * 7, nan), expanded_into = draw<T>(3 * 5 * 7, 21);
+  Ops::template expand<T>(3, 5, 7, T(0.25), src.data(), T(0), expanded.data());
+  Ops::template expand<T>(3, 5, 7, T(2), src.data(), T(0.5), expanded_into.data());
+  const std::vector<T> rows = draw<T>(6 * 11, 22);
+  std::vector<T> copied(6 * 9, nan), added = draw<T>(6 * 9, 23), whole(6 * 11, nan);
+  Ops::template copy_2d<T>(6, 7, rows.data(), 11, T(0), copied.data(), 9);
+  Ops::template copy_2d<T>(6, 7, rows.data(), 11, T(1), added.data(), 9);
+  Ops::template copy_2d<T>(6, 11, rows.data(), 11, T(0), whole.data(), 11);
+  for (index_t r = 0; r < 6; ++r)  // the padding no copy writes: NaN on both sides, compared as 0
+    for (index_t c = 7; c < 9; ++c) copied[static_cast<std::size_t>(r * 9 + c)] = T(0);
+  const std::vector<T> block = draw<T>(2 * 3 * 4 * 5 * 6, 24);
+  std::vector<T> swapped(block.size(), nan), swapped_into = draw<T>(block.size(), 25);
+  Ops::template transpose<T>(2, 3, 4, 5, 6, block.data(), T(0), swapped.data());
+  Ops::template transpose<T>(2, 3, 4, 5, 6, block.data(), T(1), swapped_into.data());
+  return {expanded, expanded_into, copied, added, whole, swapped, swapped_into};
+}
+
+// Fills: zero bytes (the runtime's memset), -0 (not zero bytes), a value on whole packets, a value
+// from an unaligned pointer.
+template <class T, class Ops>
+Outputs<T> fills() {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  std::vector<T> zeros(1000, nan), negative_zeros(1000, nan), values(1000, nan), shifted(1002, nan);
+  Ops::template fill<T>(zeros.data(), 1000, T(0));
+  Ops::template fill<T>(negative_zeros.data(), 1000, T(-0.0));
+  Ops::template fill<T>(values.data(), 1000, T(1.5));
+  Ops::template fill<T>(shifted.data() + 1, 1000, T(-2.25));
+  shifted.front() = shifted.back() = T(0);  // outside the fill: NaN on both sides
+  return {zeros, negative_zeros, values, shifted};
+}
+
+// Conversions float -> bf16 -> float (vectors of 4, then single elements from an unaligned
+// pointer and a ragged length) and float -> double, returned as the type under test.
+template <class T, class Ops>
+Outputs<T> conversions() {
+  Outputs<T> outs;
+  const std::vector<float> x = draw<float>(1001, 30, -300.0, 300.0);
+  for (const auto& [n, offset] : {std::pair<std::size_t, std::size_t>{1000, 0}, {999, 1}}) {
+    std::vector<bf16> half(n + offset);
+    std::vector<float> back(n + offset, 0.0f);
+    std::vector<double> wide(n + offset, 0.0);
+    Ops::template convert<float, bf16>(n, x.data() + offset, half.data() + offset);
+    Ops::template convert<bf16, float>(n, half.data() + offset, back.data() + offset);
+    Ops::template convert<float, double>(n, x.data() + offset, wide.data() + offset);
+    outs.emplace_back(back.begin(), back.end());
+    outs.emplace_back(wide.begin(), wide.end());
+  }
+  return outs;
+}
+
+template <class T>
+struct ElementwiseCase {
+  const char* name;
+  Outputs<T> (*cpu)();
+  Outputs<T> (*emulated)();
+  bool bitwise;  // false: within rounding (multiply-adds fused differently)
+};
+
+template <class T>
+std::vector<ElementwiseCase<T>> elementwise_cases() {
+  return {
+      {"maps: packets, ragged, unaligned, broadcast rows of whole packets and of none, aliasing", &maps<T, Cpu>,
+       &maps<T, EmulatedElementwise>, false},
+      {"AdamW's step: packets, and an unaligned ragged length", &adamw<T, Cpu>, &adamw<T, EmulatedElementwise>, false},
+      {"expand, copy_2d (runtime copies and the kernel), transpose; beta 0 over NaN and beta != 0", &layouts<T, Cpu>,
+       &layouts<T, EmulatedElementwise>, true},
+      {"fills: zero bytes, -0, values on packets and unaligned", &fills<T, Cpu>, &fills<T, EmulatedElementwise>, true},
+      {"conversions to and from bf16 (vectors and elements) and to double", &conversions<T, Cpu>,
+       &conversions<T, EmulatedElementwise>, true},
+  };
+}
+
+template <class T>
+void check_against_cpu() {
+  const double tolerance = std::is_same_v<T, float> ? 2.5e-7 : 1e-15;
+  for (const ElementwiseCase<T>& c : elementwise_cases<T>()) {
+    INFO(c.name);
+    const Outputs<T> got = c.emulated(), want = c.cpu();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i);
+      const double error = scaled_error(got[i], want[i]);
+      std::printf("  elementwise %s output %zu: %s, error %.2e  (%s)\n", std::is_same_v<T, float> ? "float " : "double", i,
+                  same_bits(got[i], want[i]) ? "the CPU's bits" : "not the CPU's bits", error, c.name);
+      if (c.bitwise) CHECK(same_bits(got[i], want[i]));
+      else CHECK(error <= tolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on the emulator match the CPU, float",
+          "[elementwise]") {
+  check_against_cpu<float>();
+}
+
+TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on the emulator match the CPU, double",
+          "[elementwise]") {
+  check_against_cpu<double>();
+}
+
+TEST_CASE("elementwise: the same bits under the reversed schedule", "[elementwise]") {
+  for (const ElementwiseCase<float>& c : elementwise_cases<float>()) {
+    INFO(c.name);
+    const Outputs<float> want = c.emulated();
+    Options reversed = options();
+    reversed.reverse_schedule = true;
+    const OptionsScope scope(reversed);
+    const Outputs<float> got = c.emulated();
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(same_bits(got[i], want[i]));
+  }
+}
+
+}  // namespace megacpp::cuda_emulation
