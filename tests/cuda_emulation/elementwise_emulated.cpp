@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <utility>
 
 #include "emulator/launch.hpp"
 
@@ -117,6 +119,13 @@ void EmulatedElementwise::fill(T* dst, std::size_t n, T value) {
     return;
   }
   launch(cuda::fill_kernel<T>, grid_stride(count), count, value, dst);
+}
+
+std::pair<std::int32_t, std::int32_t> EmulatedElementwise::minmax_index(index_t n, const std::int32_t* idx) {
+  std::int32_t result[2] = {std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int32_t>::min()};
+  if (n == 0) return {result[0], result[1]};
+  launch(cuda::minmax_index_kernel<std::int32_t>, grid_stride(n), n, idx, result);
+  return {result[0], result[1]};
 }
 
 #define MEGACPP_EMULATED_ELEMENTWISE(T)                                                                         \

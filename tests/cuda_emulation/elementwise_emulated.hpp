@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/dtypes.hpp"
@@ -31,6 +33,7 @@ struct EmulatedElementwise {
   static void convert(std::size_t n, const From* src, To* dst);
   template <class T>
   static void fill(T* dst, std::size_t n, T value);
+  static std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::int32_t* idx);
 };
 
 }  // namespace megacpp::cuda_emulation

@@ -6,9 +6,10 @@
 // NaN and beta 1; AdamW's in-place step; expand, strided copies and transposes; conversions to and
 // from bf16 (vectors of 4 or single elements); fills (zero bytes, -0, values, unaligned). The maps
 // and AdamW within rounding of the CPU (GCC may fuse multiply-adds differently in the two), the
-// rest bit for bit; and the same bits under the reversed schedule.
+// rest bit for bit; the index range check's extremes; and the same bits under the reversed schedule.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <type_traits>
@@ -170,6 +171,27 @@ TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on th
 TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on the emulator match the CPU, double",
           "[elementwise]") {
   check_against_cpu<double>();
+}
+
+TEST_CASE("elementwise: the index range check (minmax_index) matches the CPU's, under either schedule", "[elementwise]") {
+  // 5 ids; 100,000 (several blocks, the extremes in different blocks and not at the ends); one id;
+  // negative ids; none.
+  std::vector<std::int32_t> many(100000);
+  Rng rng(40);
+  for (std::int32_t& id : many) id = static_cast<std::int32_t>(rng.below(50000)) + 7;
+  many[31337] = 3;
+  many[77777] = 60000;
+  const std::vector<std::vector<std::int32_t>> cases{{4, 9, 0, 2, 9}, many, {42}, {-5, 3, -70000, 12}, {}};
+  for (bool reversed : {false, true}) {
+    Options schedule = options();
+    schedule.reverse_schedule = reversed;
+    const OptionsScope scope(schedule);
+    for (const std::vector<std::int32_t>& ids : cases) {
+      INFO(ids.size() << " ids, reversed schedule " << reversed);
+      const auto n = static_cast<index_t>(ids.size());
+      CHECK(EmulatedElementwise::minmax_index(n, ids.data()) == Cpu::minmax_index(n, ids.data()));
+    }
+  }
 }
 
 TEST_CASE("elementwise: the same bits under the reversed schedule", "[elementwise]") {

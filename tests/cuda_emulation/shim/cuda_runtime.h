@@ -103,6 +103,11 @@ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, const c
   return emu::warp_shuffle<T, &emu::down_source>("__shfl_down_sync", mask, var, delta, width, file, line);
 }
 
+// min and max of two ints, which CUDA's math API declares in the global namespace for device code
+// (the index range check calls them unqualified).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
 // ---- atomics ---------------------------------------------------------------------------------------
 
 // atomicMin ("Atomic Functions"): stores min(*address, val) and returns the old value. The
@@ -112,6 +117,19 @@ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, const c
 inline unsigned long long atomicMin(unsigned long long* address, unsigned long long val) {
   const unsigned long long old = *address;
   if (val < old) *address = val;
+  return old;
+}
+
+// atomicMin and atomicMax on int (the index range check's result, detail/elementwise.cuh): the same
+// plain read-modify-write.
+inline int atomicMin(int* address, int val) {
+  const int old = *address;
+  if (val < old) *address = val;
+  return old;
+}
+inline int atomicMax(int* address, int val) {
+  const int old = *address;
+  if (val > old) *address = val;
   return old;
 }
 
