@@ -64,14 +64,17 @@ void EmulatedElementwise::expand(index_t outer, index_t n, index_t inner, T scal
 template <class T>
 void EmulatedElementwise::copy_2d(index_t rows, index_t cols, const T* src, index_t src_ld, T beta, T* dst, index_t dst_ld) {
   if (rows == 0 || cols == 0) return;
-  if (beta == T(0)) {  // cudaMemcpyAsync / cudaMemcpy2DAsync (pitches far below the limit here)
+  if (beta == T(0)) {  // cudaMemcpyAsync, or cudaMemcpy2DAsync within its pitch limit
     const auto bytes = [](index_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
     if (rows == 1 || (src_ld == cols && dst_ld == cols)) {
       std::memcpy(dst, src, bytes(rows * cols));
       return;
     }
-    for (index_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, bytes(cols));
-    return;
+    constexpr std::size_t kMaxPitch = (std::size_t{1} << 31) - 1;
+    if (bytes(src_ld) <= kMaxPitch && bytes(dst_ld) <= kMaxPitch) {
+      for (index_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld, src + r * src_ld, bytes(cols));
+      return;
+    }
   }
   launch(cuda::copy_2d_kernel<T>, grid_stride(rows * cols), rows, cols, src, src_ld, beta, dst, dst_ld);
 }
@@ -145,5 +148,8 @@ MEGACPP_EMULATED_ELEMENTWISE(double)
 template void EmulatedElementwise::convert<float, bf16>(std::size_t, const float*, bf16*);
 template void EmulatedElementwise::convert<bf16, float>(std::size_t, const bf16*, float*);
 template void EmulatedElementwise::convert<float, double>(std::size_t, const float*, double*);
+template void EmulatedElementwise::convert<double, bf16>(std::size_t, const double*, bf16*);
+template void EmulatedElementwise::convert<bf16, double>(std::size_t, const bf16*, double*);
+template void EmulatedElementwise::convert<double, double>(std::size_t, const double*, double*);
 
 }  // namespace megacpp::cuda_emulation

@@ -37,14 +37,15 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 // The largest |got - want| over the elements, divided by the largest |want| (at least 1); infinity
-// when the sizes differ or an element of `got` is not finite.
+// when the sizes differ or an element of `got` or `want` is not finite.
 template <class T>
 double scaled_error(const std::vector<T>& got, const std::vector<T>& want) {
   if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
   double scale = 1, worst = 0;
   for (T x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
   for (std::size_t e = 0; e < got.size(); ++e) {
-    if (!std::isfinite(static_cast<double>(got[e]))) return std::numeric_limits<double>::infinity();
+    if (!std::isfinite(static_cast<double>(got[e])) || !std::isfinite(static_cast<double>(want[e])))
+      return std::numeric_limits<double>::infinity();
     worst = std::max(worst, std::abs(static_cast<double>(got[e]) - static_cast<double>(want[e])));
   }
   return worst / scale;

@@ -9,6 +9,8 @@
 // rest bit for bit; the index range check's extremes; and the same bits under the reversed schedule.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -44,8 +46,8 @@ Outputs<T> maps() {
   Ops::template map<T>(7, 31, fn::Add{}, ragged.data(), In<T>{ragged.data()}, In<T>{b.data()});
   std::vector<T> shifted = draw<T>(4 * 32 + 1, 6), c = draw<T>(4 * 32 + 1, 7);
   Ops::template map<T>(4, 32, fn::Add{}, shifted.data() + 1, In<T>{shifted.data() + 1}, In<T>{c.data() + 1});
-  std::vector<T> odd_rows = draw<T>(8 * 6, 8), bias6 = draw<T>(6, 9);
-  Ops::template map<T>(8, 6, fn::AccumulateOf<fn::Mul>{}, odd_rows.data(), In<T>{odd_rows.data()}, In<T>{a.data()}, In<T>{bias6.data(), true});
+  std::vector<T> odd_rows = draw<T>(8 * 5, 8), bias5 = draw<T>(5, 9);  // 5: no whole packet in float or double
+  Ops::template map<T>(8, 5, fn::AccumulateOf<fn::Mul>{}, odd_rows.data(), In<T>{odd_rows.data()}, In<T>{a.data()}, In<T>{bias5.data(), true});
   std::vector<T> squared = std::vector<T>(33 * 128, std::numeric_limits<T>::quiet_NaN());
   Ops::template map<T>(33, 128, fn::Relu2{}, squared.data(), In<T>{a.data()});
   return {out, ragged, shifted, odd_rows, squared};
@@ -79,8 +81,6 @@ Outputs<T> layouts() {
   Ops::template copy_2d<T>(6, 7, rows.data(), 11, T(0), copied.data(), 9);
   Ops::template copy_2d<T>(6, 7, rows.data(), 11, T(1), added.data(), 9);
   Ops::template copy_2d<T>(6, 11, rows.data(), 11, T(0), whole.data(), 11);
-  for (index_t r = 0; r < 6; ++r)  // the padding no copy writes: NaN on both sides, compared as 0
-    for (index_t c = 7; c < 9; ++c) copied[static_cast<std::size_t>(r * 9 + c)] = T(0);
   const std::vector<T> block = draw<T>(2 * 3 * 4 * 5 * 6, 24);
   std::vector<T> swapped(block.size(), nan), swapped_into = draw<T>(block.size(), 25);
   Ops::template transpose<T>(2, 3, 4, 5, 6, block.data(), T(0), swapped.data());
@@ -98,25 +98,35 @@ Outputs<T> fills() {
   Ops::template fill<T>(negative_zeros.data(), 1000, T(-0.0));
   Ops::template fill<T>(values.data(), 1000, T(1.5));
   Ops::template fill<T>(shifted.data() + 1, 1000, T(-2.25));
-  shifted.front() = shifted.back() = T(0);  // outside the fill: NaN on both sides
   return {zeros, negative_zeros, values, shifted};
 }
 
-// Conversions float -> bf16 -> float (vectors of 4, then single elements from an unaligned
-// pointer and a ragged length) and float -> double, returned as the type under test.
+// Conversions T -> bf16 -> T and T -> double, as vectors of 4 (every pointer aligned to its
+// vector: 32 bytes for double, so the double buffers start at the first such element) and as single
+// elements (from one element past it: unaligned, and a ragged length).
 template <class T, class Ops>
 Outputs<T> conversions() {
   Outputs<T> outs;
-  const std::vector<float> x = draw<float>(1001, 30, -300.0, 300.0);
-  for (const auto& [n, offset] : {std::pair<std::size_t, std::size_t>{1000, 0}, {999, 1}}) {
-    std::vector<bf16> half(n + offset);
-    std::vector<float> back(n + offset, 0.0f);
-    std::vector<double> wide(n + offset, 0.0);
-    Ops::template convert<float, bf16>(n, x.data() + offset, half.data() + offset);
-    Ops::template convert<bf16, float>(n, half.data() + offset, back.data() + offset);
-    Ops::template convert<float, double>(n, x.data() + offset, wide.data() + offset);
-    outs.emplace_back(back.begin(), back.end());
-    outs.emplace_back(wide.begin(), wide.end());
+  const std::vector<T> values = draw<T>(1000, 30, -300.0, 300.0);
+  const auto aligned_start = [](const auto& v) {  // the first element on a 32-byte boundary
+    std::size_t i = 0;
+    while (reinterpret_cast<std::uintptr_t>(v.data() + i) % 32 != 0) ++i;
+    return i;
+  };
+  for (const auto& [n, unaligned] : {std::pair<std::size_t, std::size_t>{1000, 0}, {999, 1}}) {
+    std::vector<T> x(1040, T(0));
+    std::vector<bf16> half(1040);
+    std::vector<T> back(1040, T(0));
+    std::vector<double> wide(1040, 0.0);
+    const std::size_t xs = aligned_start(x) + unaligned, hs = aligned_start(half) + unaligned,
+                      bs = aligned_start(back) + unaligned, ws = aligned_start(wide) + unaligned;
+    REQUIRE(std::max({xs, hs, bs, ws}) + n <= 1040);  // at most 15 elements (bf16) to a boundary, 1 past it
+    std::copy(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n), x.begin() + static_cast<std::ptrdiff_t>(xs));
+    Ops::template convert<T, bf16>(n, x.data() + xs, half.data() + hs);
+    Ops::template convert<bf16, T>(n, half.data() + hs, back.data() + bs);
+    Ops::template convert<T, double>(n, x.data() + xs, wide.data() + ws);
+    outs.emplace_back(back.begin() + static_cast<std::ptrdiff_t>(bs), back.begin() + static_cast<std::ptrdiff_t>(bs + n));
+    outs.emplace_back(wide.begin() + static_cast<std::ptrdiff_t>(ws), wide.begin() + static_cast<std::ptrdiff_t>(ws + n));
   }
   return outs;
 }
@@ -138,7 +148,7 @@ std::vector<ElementwiseCase<T>> elementwise_cases() {
       {"expand, copy_2d (runtime copies and the kernel), transpose; beta 0 over NaN and beta != 0", &layouts<T, Cpu>,
        &layouts<T, EmulatedElementwise>, true},
       {"fills: zero bytes, -0, values on packets and unaligned", &fills<T, Cpu>, &fills<T, EmulatedElementwise>, true},
-      {"conversions to and from bf16 (vectors and elements) and to double", &conversions<T, Cpu>,
+      {"conversions to and from bf16 and to double, as vectors of 4 and as elements", &conversions<T, Cpu>,
        &conversions<T, EmulatedElementwise>, true},
   };
 }
@@ -153,8 +163,12 @@ void check_against_cpu() {
     for (std::size_t i = 0; i < got.size(); ++i) {
       INFO("output " << i);
       const double error = scaled_error(got[i], want[i]);
-      std::printf("  elementwise %s output %zu: %s, error %.2e  (%s)\n", std::is_same_v<T, float> ? "float " : "double", i,
-                  same_bits(got[i], want[i]) ? "the CPU's bits" : "not the CPU's bits", error, c.name);
+      if (same_bits(got[i], want[i]))
+        std::printf("  elementwise %s output %zu: the CPU's bits  (%s)\n", std::is_same_v<T, float> ? "float " : "double", i,
+                    c.name);
+      else
+        std::printf("  elementwise %s output %zu: error %.2e  (%s)\n", std::is_same_v<T, float> ? "float " : "double", i,
+                    error, c.name);
       if (c.bitwise) CHECK(same_bits(got[i], want[i]));
       else CHECK(error <= tolerance);
     }
@@ -194,16 +208,22 @@ TEST_CASE("elementwise: the index range check (minmax_index) matches the CPU's, 
   }
 }
 
-TEST_CASE("elementwise: the same bits under the reversed schedule", "[elementwise]") {
-  for (const ElementwiseCase<float>& c : elementwise_cases<float>()) {
+template <class T>
+void check_reversed_schedule() {
+  for (const ElementwiseCase<T>& c : elementwise_cases<T>()) {
     INFO(c.name);
-    const Outputs<float> want = c.emulated();
+    const Outputs<T> want = c.emulated();
     Options reversed = options();
     reversed.reverse_schedule = true;
     const OptionsScope scope(reversed);
-    const Outputs<float> got = c.emulated();
+    const Outputs<T> got = c.emulated();
     for (std::size_t i = 0; i < got.size(); ++i) CHECK(same_bits(got[i], want[i]));
   }
+}
+
+TEST_CASE("elementwise: the same bits under the reversed schedule, float and double", "[elementwise]") {
+  check_reversed_schedule<float>();
+  check_reversed_schedule<double>();
 }
 
 }  // namespace megacpp::cuda_emulation

@@ -107,6 +107,12 @@ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, const c
 // (the index range check calls them unqualified).
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
+// Only those: device code calling min or max on other types would convert to int here where nvcc
+// has an overload, so it is a compile error until the shim provides it.
+template <class A, class B>
+void min(A, B) = delete;
+template <class A, class B>
+void max(A, B) = delete;
 
 // ---- atomics ---------------------------------------------------------------------------------------
 
