@@ -11,18 +11,13 @@
 #include <utility>
 
 #include "emulator/launch.hpp"
+#include "launch_configs.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as megacpp/backends/cuda.cuh does around its detail headers
 #include "megacpp/backends/cuda/detail/elementwise.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 namespace megacpp::cuda_emulation {
-namespace {
-
-// A grid-stride launch over n items, as grid_for sizes it.
-LaunchConfig grid_stride(index_t n) { return {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}; }
-
-}  // namespace
 
 template <class T, class F, class... Ins>
 void EmulatedElementwise::map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
@@ -33,12 +28,12 @@ void EmulatedElementwise::map(index_t rows, index_t cols, F f, T* out, Ins... in
     constexpr index_t kSize = cuda::Packet<T>::kSize;
     if (cuda::fits_packets<T>(total, {out, ins.data...}) && (!any_broadcast || cols % kSize == 0)) {
       const index_t packets = total / kSize;
-      launch(cuda::map_packet_kernel<T, F, Ins...>, grid_stride(packets), packets, cols, any_broadcast, f,
+      launch(cuda::map_packet_kernel<T, F, Ins...>, grid_stride_launch(packets), packets, cols, any_broadcast, f,
              reinterpret_cast<cuda::Packet<T>*>(out), ins...);
       return;
     }
   }
-  launch(cuda::map_kernel<T, F, Ins...>, grid_stride(total), total, cols, any_broadcast, f, out, ins...);
+  launch(cuda::map_kernel<T, F, Ins...>, grid_stride_launch(total), total, cols, any_broadcast, f, out, ins...);
 }
 
 template <class T, class F>
@@ -47,18 +42,18 @@ void EmulatedElementwise::update_in_place(index_t n, F f, T* a, T* b, T* c, cons
   using P = cuda::Packet<T>;
   if (cuda::fits_packets<T>(n, {a, b, c, x})) {
     const index_t packets = n / P::kSize;
-    launch(cuda::update_in_place_packet_kernel<T, F>, grid_stride(packets), packets, f,
+    launch(cuda::update_in_place_packet_kernel<T, F>, grid_stride_launch(packets), packets, f,
            reinterpret_cast<P*>(a), reinterpret_cast<P*>(b), reinterpret_cast<P*>(c), reinterpret_cast<const P*>(x));
     return;
   }
-  launch(cuda::update_in_place_kernel<T, F>, grid_stride(n), n, f, a, b, c, x);
+  launch(cuda::update_in_place_kernel<T, F>, grid_stride_launch(n), n, f, a, b, c, x);
 }
 
 template <class T>
 void EmulatedElementwise::expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst) {
   const index_t total = outer * n * inner;
   if (total == 0) return;
-  launch(cuda::expand_kernel<T>, grid_stride(total), outer, n, inner, scale, src, beta, dst);
+  launch(cuda::expand_kernel<T>, grid_stride_launch(total), outer, n, inner, scale, src, beta, dst);
 }
 
 template <class T>
@@ -76,14 +71,14 @@ void EmulatedElementwise::copy_2d(index_t rows, index_t cols, const T* src, inde
       return;
     }
   }
-  launch(cuda::copy_2d_kernel<T>, grid_stride(rows * cols), rows, cols, src, src_ld, beta, dst, dst_ld);
+  launch(cuda::copy_2d_kernel<T>, grid_stride_launch(rows * cols), rows, cols, src, src_ld, beta, dst, dst_ld);
 }
 
 template <class T>
 void EmulatedElementwise::transpose(index_t outer, index_t d0, index_t mid, index_t d1, index_t inner, const T* src, T beta, T* dst) {
   const index_t total = outer * d0 * mid * d1 * inner;
   if (total == 0) return;
-  launch(cuda::transpose_kernel<T>, grid_stride(total), outer, d0, mid, d1, inner, src, beta, dst);
+  launch(cuda::transpose_kernel<T>, grid_stride_launch(total), outer, d0, mid, d1, inner, src, beta, dst);
 }
 
 template <class From, class To>
@@ -94,11 +89,11 @@ void EmulatedElementwise::convert(std::size_t n, const From* src, To* dst) {
                        reinterpret_cast<std::uintptr_t>(dst) % sizeof(cuda::ConvertVector<To>) == 0;
   if (aligned && count % cuda::kConvertVector == 0) {
     const index_t vectors = count / cuda::kConvertVector;
-    launch(cuda::convert_vector_kernel<From, To>, grid_stride(vectors), vectors,
+    launch(cuda::convert_vector_kernel<From, To>, grid_stride_launch(vectors), vectors,
            reinterpret_cast<const cuda::ConvertVector<From>*>(src), reinterpret_cast<cuda::ConvertVector<To>*>(dst));
     return;
   }
-  launch(cuda::convert_kernel<From, To>, grid_stride(count), count, src, dst);
+  launch(cuda::convert_kernel<From, To>, grid_stride_launch(count), count, src, dst);
 }
 
 template <class T>
@@ -118,16 +113,16 @@ void EmulatedElementwise::fill(T* dst, std::size_t n, T value) {
     P packet;
     for (int e = 0; e < P::kSize; ++e) packet.e[e] = value;
     const index_t packets = count / P::kSize;
-    launch(cuda::fill_packet_kernel<T>, grid_stride(packets), packets, packet, reinterpret_cast<P*>(dst));
+    launch(cuda::fill_packet_kernel<T>, grid_stride_launch(packets), packets, packet, reinterpret_cast<P*>(dst));
     return;
   }
-  launch(cuda::fill_kernel<T>, grid_stride(count), count, value, dst);
+  launch(cuda::fill_kernel<T>, grid_stride_launch(count), count, value, dst);
 }
 
 std::pair<std::int32_t, std::int32_t> EmulatedElementwise::minmax_index(index_t n, const std::int32_t* idx) {
   std::int32_t result[2] = {std::numeric_limits<std::int32_t>::max(), std::numeric_limits<std::int32_t>::min()};
   if (n == 0) return {result[0], result[1]};
-  launch(cuda::minmax_index_kernel<std::int32_t>, grid_stride(n), n, idx, result);
+  launch(cuda::minmax_index_kernel<std::int32_t>, grid_stride_launch(n), n, idx, result);
   return {result[0], result[1]};
 }
 

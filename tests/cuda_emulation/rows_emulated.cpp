@@ -8,6 +8,7 @@
 
 #include "emulator/launch.hpp"
 #include "host_arrays.hpp"
+#include "launch_configs.hpp"
 #include "reduce_pass_emulated.hpp"
 
 #include "megacpp/core/functors.hpp"
@@ -20,9 +21,9 @@ namespace megacpp::cuda_emulation {
 namespace {
 
 // A block per row (softmax, log-softmax, RMSNorm past kWarpRowMaxCols columns).
-LaunchConfig block_per_row(index_t rows) { return {dim3(cuda::grid_per_item(rows)), dim3(cuda::kThreads), 0}; }
+LaunchConfig block_per_row(index_t rows) { return block_per_item_launch(rows); }
 // A warp per row (RMSNorm up to kWarpRowMaxCols columns).
-LaunchConfig warp_per_row(index_t rows) { return {dim3(cuda::grid_for(rows * 32)), dim3(cuda::kThreads), 0}; }
+LaunchConfig warp_per_row(index_t rows) { return grid_stride_launch(rows * 32); }
 
 }  // namespace
 

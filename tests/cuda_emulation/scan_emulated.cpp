@@ -12,6 +12,7 @@
 
 #include "emulator/launch.hpp"
 #include "host_arrays.hpp"
+#include "launch_configs.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as kernels/ssm_scan.cuh does around its detail headers
 #include "megacpp/backends/cuda/detail/ssm/scan_backward.cuh"
@@ -25,8 +26,6 @@ namespace ssm = megacpp::cuda::ssm;
 using kernels::ScanChunk;
 using kernels::ScanParams;
 
-LaunchConfig per_item(index_t items) { return {dim3(cuda::grid_per_item(items)), dim3(cuda::kThreads), 0}; }
-LaunchConfig strided(index_t n) { return {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}; }
 LaunchConfig blocks_of(index_t blocks) { return {dim3(static_cast<unsigned>(blocks)), dim3(cuda::kThreads), 0}; }
 
 // Mirrors ssm::scan_forward (scan_launch.cuh): y, and the states entering each chunk into chunk_states.
@@ -35,8 +34,8 @@ void forward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const k
   const ssm::ScanView<float> s{sh, in, chunks.data()};
   const index_t items = s.chunk_items(), NP = s.state_size();
   std::vector<float> decay = uninitialized_device<float>(items);
-  launch(ssm::scan_forward_local_kernel<float>, per_item(items), s, chunk_states, decay.data());
-  launch(ssm::scan_forward_carry_kernel<float>, strided(sh.batch * sh.heads * NP), s, chunk_states, decay.data());
+  launch(ssm::scan_forward_local_kernel<float>, block_per_item_launch(items), s, chunk_states, decay.data());
+  launch(ssm::scan_forward_carry_kernel<float>, grid_stride_launch(sh.batch * sh.heads * NP), s, chunk_states, decay.data());
   const index_t blocks = ssm::forward_chunk_blocks(items);
   std::vector<float> scratch = uninitialized_device<float>(blocks * NP);
   launch(ssm::scan_forward_kernel<float>, blocks_of(blocks), s, chunk_states, y, scratch.data());
@@ -48,8 +47,8 @@ void backward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const 
   const ssm::ScanView<float> s{sh, in, chunks.data()};
   const index_t items = s.chunk_items(), NP = s.state_size();
   std::vector<float> flows = uninitialized_device<float>(items * NP), decay = uninitialized_device<float>(items);
-  launch(ssm::scan_backward_local_kernel<float>, per_item(items), s, dy, flows.data(), decay.data());
-  launch(ssm::scan_backward_carry_kernel<float>, strided(sh.batch * sh.heads * NP), s, flows.data(), decay.data());
+  launch(ssm::scan_backward_local_kernel<float>, block_per_item_launch(items), s, dy, flows.data(), decay.data());
+  launch(ssm::scan_backward_carry_kernel<float>, grid_stride_launch(sh.batch * sh.heads * NP), s, flows.data(), decay.data());
   const index_t blocks = ssm::backward_chunk_blocks(items);
   const index_t chunk_rows = ssm::backward_chunk_rows(sh);
   std::vector<float> scratch = uninitialized_device<float>(blocks * (chunk_rows + 2) * NP);
@@ -57,7 +56,7 @@ void backward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const 
   const ssm::ScanBackwardArgs<float> a{dy, chunk_states, grads, flows.data(), dD_parts.data()};
   launch(ssm::scan_backward_kernel<float>, blocks_of(blocks), s, a, scratch.data(), chunk_rows);
   if (grads.D)
-    launch(ssm::scan_dD_kernel<float>, strided(sh.heads), sh.batch, sh.heads, sh.max_chunks, dD_parts.data(), grads.D);
+    launch(ssm::scan_dD_kernel<float>, grid_stride_launch(sh.heads), sh.batch, sh.heads, sh.max_chunks, dD_parts.data(), grads.D);
 }
 
 }  // namespace

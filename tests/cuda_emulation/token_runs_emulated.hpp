@@ -8,15 +8,13 @@
 
 #include "emulator/launch.hpp"
 #include "host_arrays.hpp"
+#include "launch_configs.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as kernels/*.cuh do around their detail headers
 #include "megacpp/backends/cuda/detail/token_runs.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 namespace megacpp::cuda_emulation {
-
-// A grid-stride launch over n items, as grid_for sizes it.
-inline LaunchConfig grid_stride_launch(index_t n) { return {dim3(cuda::grid_for(n)), dim3(cuda::kThreads), 0}; }
 
 // Mirrors cuda::add_token_sums: out(c) += sum over tokens of term(t, c).
 template <class T, class Term, class Out>
