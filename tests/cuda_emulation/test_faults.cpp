@@ -3,10 +3,10 @@
 // is), on a small problem, and must end in an EmulationError or in results the case checks reject.
 #include <catch2/catch.hpp>
 
-#include <fstream>
 #include <string>
 
 #include "attention_checks.hpp"
+#include "device_lines.hpp"
 #include "emulator/device.hpp"
 #include "emulator/options.hpp"
 #include "emulator/sanitizer.hpp"
@@ -43,15 +43,6 @@ std::string outcome(const Options& o, const LaunchFaults& faults = {}) {
   return "right";
 }
 
-// The line of detail/attention_mma.cuh that contains `text` (0 if none).
-unsigned device_line(const std::string& text) {
-  std::ifstream file(MEGACPP_EMULATION_DEVICE_DIR "/attention_mma.cuh");
-  std::string line;
-  for (unsigned n = 1; std::getline(file, line); ++n)
-    if (line.find(text) != std::string::npos) return n;
-  return 0;
-}
-
 }  // namespace
 
 TEST_CASE("the fault probe passes without faults", "[faults]") { CHECK(outcome({}) == "right"); }
@@ -68,7 +59,7 @@ TEST_CASE("faults injected into the bf16 attention are caught", "[faults]") {
     CHECK_THAT(outcome(o), Contains("wrong"));
   }
   SECTION("every thread skips the barrier at the start of every step") {
-    o.skip_barrier_line = device_line("ptx::cp_async_wait<0>();");
+    o.skip_barrier_line = device_line("attention_mma.cuh", "ptx::cp_async_wait<0>();");
     REQUIRE(o.skip_barrier_line > 0);
     o.skip_barrier_line += 1;  // the __syncthreads on the line after the wait
     o.greedy_schedule = true;

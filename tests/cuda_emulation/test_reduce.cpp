@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "emulator/options.hpp"
 #include "host_arrays.hpp"
 #include "reduce_emulated.hpp"
+#include "schedules.hpp"
 
 #include "megacpp/backends/cpu.hpp"
 
@@ -128,15 +128,7 @@ TEST_CASE("reduce: the same bits run to run and under reversed and greedy schedu
   for (const ReduceCase& c : reduce_cases()) {
     INFO(c.name);
     const Problem<float> pr(c);
-    const std::vector<float> want = run(c, pr, Kernels::emulated);
-    CHECK(same_bits(run(c, pr, Kernels::emulated), want));
-    for (bool greedy : {false, true}) {
-      Options schedule = options();
-      schedule.reverse_schedule = !greedy;
-      schedule.greedy_schedule = greedy;
-      const OptionsScope scope(schedule);
-      CHECK(same_bits(run(c, pr, Kernels::emulated), want));
-    }
+    check_same_bits_under_schedules([&] { return std::vector<std::vector<float>>{run(c, pr, Kernels::emulated)}; });
   }
 }
 

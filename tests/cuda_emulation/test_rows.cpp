@@ -13,9 +13,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "emulator/options.hpp"
 #include "host_arrays.hpp"
 #include "rows_emulated.hpp"
+#include "schedules.hpp"
 
 #include "megacpp/backends/cpu.hpp"
 
@@ -181,18 +181,9 @@ TEST_CASE("rows: RMSNorm forward and backward on the emulator match the CPU kern
 }
 
 TEST_CASE("rows: the same bits run to run and under reversed and greedy schedules", "[rows]") {
-  // run() under the default schedule, then the same bits again and under the reversed and greedy ones.
   const auto check_schedules = [](const char* name, const auto& run) {
     INFO(name);
-    const auto want = run();
-    for (int other : {0, 1, 2}) {  // the same schedule again, the reversed one, the greedy one
-      Options schedule = options();
-      schedule.reverse_schedule = other == 1;
-      schedule.greedy_schedule = other == 2;
-      const OptionsScope scope(schedule);
-      const auto got = run();
-      for (std::size_t i = 0; i < want.size(); ++i) CHECK(same_bits(got[i], want[i]));
-    }
+    check_same_bits_under_schedules(run);
   };
   for (const SoftmaxCase& c : softmax_cases())
     check_schedules(c.name, [&] { return run_softmax<float>(c, Kernels::emulated).outputs(); });

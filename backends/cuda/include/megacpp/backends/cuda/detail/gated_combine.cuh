@@ -6,7 +6,7 @@
 // One block per token (grid-stride over tokens), threads over the row width: each thread adds
 // its columns' k slots in slot order; every gradient row is written by one block (each sorted
 // row belongs to one slot), so no atomics. The dot products reduce over the block (block_sum):
-// a fixed tree for a fixed block size.
+// a fixed tree for a fixed block size. Launched by gated_combine_launch.cuh.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
@@ -47,23 +47,6 @@ __global__ void gated_combine_backward_kernel(index_t tokens, index_t k, index_t
         if (threadIdx.x == 0) dgate[t * k + j] += total;
       }
     }
-}
-
-template <class T>
-void gated_combine_forward(const kernels::GatedCombineParams& p, const kernels::GatedCombineArgs<T>& a) {
-  if (p.tokens == 0) return;
-  gated_combine_forward_kernel<T><<<grid_per_item(p.tokens), kThreads, 0, kStream>>>(p.tokens, p.k, p.d, a.row_of_slot,
-                                                                                     a.gate, a.ys, a.y);
-  MEGACPP_CUDA_CHECK_LAUNCH(gated_combine_forward_kernel);
-}
-
-template <class T>
-void gated_combine_backward(const kernels::GatedCombineParams& p, const kernels::GatedCombineArgs<T>& a,
-                            const kernels::GatedCombineGrads<T>& g) {
-  if (p.tokens == 0 || (!g.dys && !g.dgate)) return;
-  gated_combine_backward_kernel<T><<<grid_per_item(p.tokens), kThreads, 0, kStream>>>(
-      p.tokens, p.k, p.d, a.row_of_slot, a.gate, a.ys, g.dy, g.dys, g.dgate);
-  MEGACPP_CUDA_CHECK_LAUNCH(gated_combine_backward_kernel);
 }
 
 }  // namespace megacpp::cuda

@@ -1,19 +1,15 @@
 // CUDA backend: index-driven kernels (embedding gather/scatter, RoPE, cross-entropy, the LM head's
-// fused softcap + cross-entropy rows).
+// fused softcap + cross-entropy rows), launched by indexing_launch.cuh.
 // Semantics and formulas: cpu/detail/indexing.hpp. Indices are validated by the calling op
 // (megacpp::Error at the API boundary); the kernels assume them in range.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
-#include <cub/device/device_radix_sort.cuh>
-
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
-#include "megacpp/backends/cuda/detail/memory.cuh"
 #include "megacpp/backends/cuda/detail/rows.cuh"
 #include "megacpp/core/config.hpp"
 
@@ -26,25 +22,20 @@ __global__ void gather_rows_kernel(index_t n, index_t dim, const T* table, const
     out[i] = table[static_cast<index_t>(idx[i / dim]) * dim + i % dim];
 }
 
-template <class T>
-void gather_rows(index_t n, index_t dim, const T* table, const std::int32_t* idx, T* out) {
-  if (n == 0 || dim == 0) return;
-  gather_rows_kernel<T><<<grid_for(n * dim), kThreads, 0, kStream>>>(n, dim, table, idx, out);
-  MEGACPP_CUDA_CHECK_LAUNCH(gather_rows_kernel);
+// out[i] = i (a template, so that every translation unit may hold its instantiation).
+template <class I>
+__global__ void iota_kernel(index_t n, I* out) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) out[i] = static_cast<I>(i);
 }
 
 // gtable[idx[r], :] += gout[r, :], repeated indices accumulating in row order exactly as the CPU
 // does (bitwise equal to it; no floating-point atomics). The rows are first stably sorted by index
 // (CUB's radix sort: stable, so equal indices keep their row order), then one block per sorted
 // position that starts a run of equal indices adds that run's rows into its table row, columns
-// over threads. Parallel over the distinct indices and the columns: the embedding backward of
-// a 4096-token batch took 1.98 ms on an H100 with one thread per column walking every row; sorted,
-// it dropped below the step's dozen longest kernels (each over 0.12 ms).
-// out[i] = i (a template, so that every translation unit may hold its instantiation).
-template <class I>
-__global__ void iota_kernel(index_t n, I* out) {
-  for (index_t i = global_thread(); i < n; i += grid_stride()) out[i] = static_cast<I>(i);
-}
+// over kScatterColumnThreads threads. Parallel over the distinct indices and the columns: the
+// embedding backward of a 4096-token batch took 1.98 ms on an H100 with one thread per column
+// walking every row; sorted, it dropped below the step's dozen longest kernels (each over 0.12 ms).
+inline constexpr int kScatterColumnThreads = 128;
 
 template <class T>
 __global__ void scatter_add_sorted_runs_kernel(index_t n, index_t dim, const T* gout, const std::int32_t* sorted_idx,
@@ -59,27 +50,6 @@ __global__ void scatter_add_sorted_runs_kernel(index_t n, index_t dim, const T* 
       dst[c] = acc;
     }
   }
-}
-
-template <class T>
-void scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t* idx, T* gtable) {
-  if (n == 0 || dim == 0) return;
-  check(n <= std::numeric_limits<int>::max(), "cuda::scatter_add_rows", n, " rows exceed CUB's int item count");
-  const auto count = static_cast<std::size_t>(n);
-  const DeviceBuffer<std::int32_t> rows_in(count), rows(count), sorted_idx(count);  // (n) each
-  iota_kernel<std::int32_t><<<grid_for(n), kThreads, 0, kStream>>>(n, rows_in.get());
-  MEGACPP_CUDA_CHECK_LAUNCH(iota_kernel);
-  const int items = static_cast<int>(n);
-  std::size_t temp_bytes = 0;
-  MEGACPP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, idx, sorted_idx.get(), rows_in.get(), rows.get(),
-                                                     items, 0, 32, kStream));
-  const DeviceBuffer<unsigned char> temp(temp_bytes);
-  MEGACPP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), temp_bytes, idx, sorted_idx.get(), rows_in.get(),
-                                                     rows.get(), items, 0, 32, kStream));
-  constexpr int kColumnThreads = 128;
-  scatter_add_sorted_runs_kernel<T><<<grid_per_item(n), kColumnThreads, 0, kStream>>>(n, dim, gout, sorted_idx.get(),
-                                                                                      rows.get(), gtable);
-  MEGACPP_CUDA_CHECK_LAUNCH(scatter_add_sorted_runs_kernel);
 }
 
 // Rotary embedding, rotate-half layout (GPT-NeoX / Llama; Su et al., RoFormer 2021):
@@ -125,15 +95,6 @@ __global__ void rope_kernel(index_t tokens, index_t heads, index_t dim, const st
   }
 }
 
-template <class T>
-void rope(index_t tokens, index_t heads, index_t dim, const std::int32_t* positions, const T* inv_freq, int sign,
-          const T* x, T beta, T* y) {
-  const index_t pairs = tokens * (dim / 2);
-  if (pairs == 0 || heads == 0) return;
-  rope_kernel<T><<<grid_for(pairs), kThreads, 0, kStream>>>(tokens, heads, dim, positions, inv_freq, sign, x, beta, y);
-  MEGACPP_CUDA_CHECK_LAUNCH(rope_kernel);
-}
-
 // Per-row cross-entropy, one block per row: lse[r] = logsumexp(logits[r, :]);
 // losses[r] = mask[r] * (lse[r] - logits[r, targets[r]]). `mask` may be null (all ones).
 template <class T>
@@ -174,23 +135,6 @@ __global__ void cross_entropy_backward_kernel(index_t rows, index_t vocab, const
       g[v] = gv;
     }
   }
-}
-
-template <class T>
-void cross_entropy(index_t rows, index_t vocab, const T* logits, const std::int32_t* targets, const T* mask, T* losses,
-                   T* lse) {
-  if (rows == 0) return;
-  cross_entropy_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, logits, targets, mask, losses, lse);
-  MEGACPP_CUDA_CHECK_LAUNCH(cross_entropy_kernel);
-}
-
-template <class T>
-void cross_entropy_backward(index_t rows, index_t vocab, const T* logits, const T* lse, const std::int32_t* targets,
-                            const T* mask, T scale, T* glogits) {
-  if (rows == 0) return;
-  cross_entropy_backward_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, logits, lse, targets,
-                                                                                   mask, scale, glogits);
-  MEGACPP_CUDA_CHECK_LAUNCH(cross_entropy_backward_kernel);
 }
 
 // The LM head's loss rows fused, one block per row (the CPU kernel's contract, cpu/detail/
@@ -235,15 +179,6 @@ __global__ void softcap_cross_entropy_kernel(index_t rows, index_t vocab, T cap,
       g[v] = weight == T(0) ? T(0) : gv;
     }
   }
-}
-
-template <class T>
-void softcap_cross_entropy(index_t rows, index_t vocab, T cap, T* logits, const std::int32_t* targets, const T* mask,
-                           T scale, T* losses, T* lse, T* grad) {
-  if (rows == 0) return;
-  softcap_cross_entropy_kernel<T><<<grid_per_item(rows), kThreads, 0, kStream>>>(rows, vocab, cap, logits, targets, mask,
-                                                                                  scale, losses, lse, grad);
-  MEGACPP_CUDA_CHECK_LAUNCH(softcap_cross_entropy_kernel);
 }
 
 }  // namespace megacpp::cuda
