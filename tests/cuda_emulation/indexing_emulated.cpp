@@ -1,18 +1,21 @@
 // tests/cuda_emulation/indexing_emulated.cpp: the launches of detail/indexing_launch.cuh and
 // detail/gated_combine_launch.cuh on the emulator, mirrored call for call (the launch headers'
-// <<<>>> and CUB are not host C++): the same kernels, grids and block sizes. The scatter-add's
-// CUB SortPairs (int32 ids as keys over all 32 bits, the rows 0 .. n - 1 as values: a stable radix
-// sort) stands in as std::stable_sort of the rows by id, which gives CUB's result for ids >= 0
-// (the op validates them in range before the kernel runs).
+// <<<>>> and CUB are not host C++): the same kernels, grids, block sizes and checks. The
+// scatter-add's CUB SortPairs (int32 ids as keys over all 32 bits, iota's rows as values: a stable
+// radix sort, signed keys in their numeric order) stands in as std::stable_sort of the positions
+// by key, each carrying its value.
 #include "indexing_emulated.hpp"
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "emulator/launch.hpp"
 #include "launch_configs.hpp"
+
+#include "megacpp/core/error.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as megacpp/backends/cuda.cuh does around its detail headers
 #include "megacpp/backends/cuda/detail/gated_combine.cuh"
@@ -30,16 +33,16 @@ void EmulatedIndexing::gather_rows(index_t n, index_t dim, const T* table, const
 template <class T>
 void EmulatedIndexing::scatter_add_rows(index_t n, index_t dim, const T* gout, const std::int32_t* idx, T* gtable) {
   if (n == 0 || dim == 0) return;
+  check(n <= std::numeric_limits<int>::max(), "cuda::scatter_add_rows", n, " rows exceed CUB's int item count");
   const auto count = static_cast<std::size_t>(n);
   std::vector<std::int32_t> rows_in(count, -1);
   launch(cuda::iota_kernel<std::int32_t>, grid_stride_launch(n), n, rows_in.data());
   // CUB's SortPairs(keys = idx, values = rows_in) into (sorted_idx, rows)
-  std::vector<std::int32_t> rows = rows_in;
-  std::stable_sort(rows.begin(), rows.end(), [&](std::int32_t a, std::int32_t b) {
-    return idx[static_cast<std::size_t>(a)] < idx[static_cast<std::size_t>(b)];
-  });
-  std::vector<std::int32_t> sorted_idx(count);
-  for (std::size_t i = 0; i < count; ++i) sorted_idx[i] = idx[static_cast<std::size_t>(rows[i])];
+  std::vector<std::size_t> order(count);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return idx[a] < idx[b]; });
+  std::vector<std::int32_t> sorted_idx(count), rows(count);
+  for (std::size_t i = 0; i < count; ++i) sorted_idx[i] = idx[order[i]], rows[i] = rows_in[order[i]];
   launch(cuda::scatter_add_sorted_runs_kernel<T>,
          LaunchConfig{dim3(cuda::grid_per_item(n)), dim3(cuda::kScatterColumnThreads), 0}, n, dim, gout,
          sorted_idx.data(), rows.data(), gtable);

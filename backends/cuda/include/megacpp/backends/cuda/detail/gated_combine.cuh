@@ -14,7 +14,7 @@
 
 #include "megacpp/backends/cuda/detail/block_reduce.cuh"
 #include "megacpp/backends/cuda/detail/check.cuh"
-#include "megacpp/core/kernels/gated_combine.hpp"
+#include "megacpp/core/config.hpp"
 
 namespace megacpp::cuda {
 

@@ -7,6 +7,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
