@@ -47,6 +47,7 @@
 #include "backend_cases.hpp"
 #include "cpu_reference.hpp"
 #include "model_step.hpp"
+#include "on_request_checks.hpp"
 #include "support/kernel_cases.hpp"
 #include "support/masking_batch.hpp"
 
@@ -281,38 +282,6 @@ void run_model_checks(Report& report) {
              check_tiny_model_lifecycle);
 }
 
-// --- TF32 products on request ---------------------------------------------------------------------
-
-// A (256, 256) x (256, 256) float product under CudaTf32Products is within TF32's error of the
-// fp32 product and not bitwise it (the tensor cores ran); once the scope ends the fp32 product
-// is back bit for bit.
-std::string check_tf32_products() {
-  constexpr index_t n = 256;
-  Rng rng(9);
-  const auto a = randn<float, Cuda>({n, n}, rng), b = randn<float, Cuda>({n, n}, rng);
-  auto product = [&] {
-    CudaTensor<float> c(Shape{n, n});
-    Cuda::gemm<float>(GemmArgs::dense(false, false, n, n, n), 1.0f, a.data(), b.data(), 0.0f, c.data());
-    return c.to_host();
-  };
-  const std::vector<float> exact = product();
-  std::vector<float> tf32;
-  {
-    const CudaTf32Products on(true);
-    tf32 = product();
-  }
-  if (product() != exact) return "the fp32 product changed after the TF32 scope ended";
-  if (tf32 == exact) return "the TF32 scope changed nothing: the product did not run in TF32";
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < exact.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(tf32[i]) - exact[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(exact[i])));
-  }
-  // Each input keeps 11 significant bits (2^-11 relative); 256 terms of unit variance.
-  if (worst > 1e-2 * scale) return "TF32 differs from fp32 by " + std::to_string(worst) + " at scale " + std::to_string(scale);
-  return "";
-}
-
 // --- bf16 tensor-core attention on request --------------------------------------------------------
 
 void run_bf16_attention_checks(Report& report) {
@@ -491,6 +460,7 @@ int main() {
   report.run("memory_stats counts 256-byte blocks; reset_peak_memory", check_memory_stats);
   report.run("a failed cudaMalloc throws megacpp::Error and leaves the device usable", check_allocation_failure);
   report.run("TF32 products on request (CudaTf32Products), fp32 again after", check_tf32_products);
+  report.run("GroupedGemm on bf16 operands in one launch per product on request", check_one_launch_grouped_products);
   run_bf16_attention_checks(report);
   report.run("synchronize", []() -> std::string {
     Cuda::synchronize();

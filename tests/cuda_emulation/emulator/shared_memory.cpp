@@ -24,6 +24,12 @@ thread_local __attribute__((aligned(16))) unsigned char m2rnn_step_shared[megacp
 thread_local __attribute__((aligned(16))) unsigned char m2rnn_scan_shared[megacpp::cuda_emulation::kMaxDynamicShared];
 }
 
+// The MoE experts' one-launch grouped products (detail/grouped_gemm.cuh): `grouped_gemm_shared`,
+// 16-byte aligned.
+namespace megacpp::cuda::moe {
+thread_local __attribute__((aligned(16))) unsigned char grouped_gemm_shared[megacpp::cuda_emulation::kMaxDynamicShared];
+}
+
 namespace megacpp::cuda_emulation {
 
 const SharedArena* shared_arenas() {
@@ -33,6 +39,7 @@ const SharedArena* shared_arenas() {
       {"step_shared", megacpp::cuda::ssm::step_shared, kMaxDynamicShared},
       {"m2rnn_step_shared", megacpp::cuda::m2rnn::m2rnn_step_shared, kMaxDynamicShared},
       {"m2rnn_scan_shared", megacpp::cuda::m2rnn::m2rnn_scan_shared, kMaxDynamicShared},
+      {"grouped_gemm_shared", megacpp::cuda::moe::grouped_gemm_shared, kMaxDynamicShared},
       {nullptr, nullptr, 0},
   };
   return arenas;

@@ -24,6 +24,7 @@
 #include "megacpp/backends/cuda/detail/expert_routing.cuh"
 #include "megacpp/backends/cuda/detail/gated_combine_launch.cuh"
 #include "megacpp/backends/cuda/detail/gemm.cuh"
+#include "megacpp/backends/cuda/detail/grouped_gemm_launch.cuh"
 #include "megacpp/backends/cuda/detail/indexing_launch.cuh"
 #include "megacpp/backends/cuda/detail/memory.cuh"
 #include "megacpp/backends/cuda/detail/reduce_launch.cuh"
@@ -146,14 +147,21 @@ struct SoftcapCrossEntropy<Cuda> {
 /// The MoE experts' grouped product as one cuBLAS GEMM per non-empty group, issued in order on
 /// the backend's stream (the groups' sizes are host data); run against the CPU on an H100
 /// (tests/cuda). bf16 operands (Operand = bf16, T = float) go through cuda::gemm_bf16, the dense
-/// products' cublasGemmStridedBatchedEx on the tensor cores with fp32 sums. A grouped kernel in
-/// one launch (CUTLASS grouped GEMM, DeepGEMM's contiguous layout, cublasGemmGroupedBatchedEx) is
-/// left to do.
+/// products' cublasGemmStridedBatchedEx on the tensor cores with fp32 sums; inside a
+/// cuda::moe::OneLaunchGroupedProducts scope, each of their products is instead one launch over
+/// every group (detail/grouped_gemm.cuh: DeepGEMM's contiguous layout, mma.sync tiles) where the
+/// shapes allow.
 template <>
 struct GroupedGemm<Cuda> {
   static constexpr bool available = true;
   template <class T, class Operand = T>
   static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a) {
+    if constexpr (std::is_same_v<Operand, bf16>) {
+      if (cuda::moe::OneLaunchGroupedProducts::enabled() && cuda::moe::grouped_product_fits(p.groups, p.n, p.k, a.x, a.w)) {
+        cuda::moe::grouped_forward_bf16(p, a);
+        return;
+      }
+    }
     for (index_t g = 0; g < p.groups; ++g) {
       const index_t row0 = p.offsets[g], rows = p.offsets[g + 1] - row0;
       if (rows == 0) continue;
@@ -164,6 +172,13 @@ struct GroupedGemm<Cuda> {
   template <class T, class Operand = T>
   static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a,
                        const GroupedGemmGrads<T, Operand>& d) {
+    if constexpr (std::is_same_v<Operand, bf16>) {
+      if (cuda::moe::OneLaunchGroupedProducts::enabled() &&
+          cuda::moe::grouped_product_fits(p.groups, p.n, p.k, a.x, a.w, d.dy)) {
+        cuda::moe::grouped_backward_bf16(p, a, d);
+        return;
+      }
+    }
     for (index_t g = 0; g < p.groups; ++g) {
       const index_t row0 = p.offsets[g], rows = p.offsets[g + 1] - row0;
       if (rows == 0) continue;

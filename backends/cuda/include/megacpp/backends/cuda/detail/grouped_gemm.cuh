@@ -1,0 +1,271 @@
+// CUDA backend: the MoE experts' grouped product on bf16 operands in one launch per product
+// (contract: megacpp/core/kernels/grouped_gemm.hpp), over the contiguous group layout without
+// padding (DeepGEMM's "m-grouped contiguous" layout, deepseek-ai/DeepGEMM). Launched by
+// grouped_gemm_launch.cuh.
+//
+//   forward  Y_g  = X_g W_g^T     a tile of 64 rows of group g x 64 columns of N, summed over K
+//   dx       dX_g += dY_g W_g      a tile of 64 rows of group g x 64 columns of K, summed over N
+//   dw       dW_g += dY_g^T X_g    a tile of 64 x 64 of (N, K), summed over the rows of group g
+//
+// One block per output tile, every group's tiles in one grid: block b finds its group in the
+// host-built prefix of tiles per group (GroupTiles, passed by value: no copy to the device), so
+// a group of 3 rows costs one block, not one cuBLAS launch. Each block is 4 warps in 2 x 2, each
+// warp 32 x 32 of the tile as 2 x 4 mma.sync m16n8k16 products (bf16 in, fp32 sums; fragment
+// layouts: ptx.cuh), over steps of 32 of the summed dimension, the next step's operand tiles
+// fetched by cp.async while this step's products run (two stages, as CUTLASS's sm80 multistage
+// mainloop with two stages). An operand tile is stored in shared memory as it lies in memory,
+// 8-element (16-byte) chunks copied whole: rows where the summed dimension is contiguous (X and
+// W in the forward, dY in dx), and ldmatrix reads their fragments directly; rows of the summed
+// dimension otherwise (W in dx, dY and X in dw), and ldmatrix.trans reads them transposed. So
+// no operand is ever transposed in memory. Rows past a group's end and columns past N or K are
+// zeros in shared memory, never read from global memory, and never stored.
+//
+// Every output element is a fixed-order sum (steps of 32, within a step the mma's 16 + 16), so a
+// second run gives the same bits; and each row of Y and dX depends only on its own row of X (dY)
+// and on W_g: the document-masking invariant holds as for the per-group products.
+//
+// Shapes taken: K and N multiples of 8 (whole 16-byte chunks), at most kMaxGroups groups,
+// operands 16-byte aligned (grouped_product_fits); the launch header falls back to one cuBLAS
+// product per group otherwise.
+#pragma once
+#include "megacpp/backends/cuda/detail/guard.cuh"
+
+#include <cstdint>
+
+#include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/ptx.cuh"
+#include "megacpp/core/config.hpp"
+#include "megacpp/core/dtypes.hpp"
+
+namespace megacpp::cuda::moe {
+
+inline constexpr int kGroupedTile = 64;     // output tile: 64 x 64
+inline constexpr int kGroupedStep = 32;     // the summed dimension per step
+inline constexpr int kGroupedThreads = 128;  // 4 warps, 2 x 2 over the tile
+inline constexpr int kMaxGroups = 128;       // GroupTiles' arrays: 2 x 129 x 8 bytes of kernel parameters
+
+// Shared memory row strides, padded by 8 elements (16 bytes) so that the 8 row addresses of an
+// ldmatrix fall in 8 different 16-byte bank groups (80 and 144 bytes apart).
+inline constexpr int kSummedContiguousStride = kGroupedStep + 8;  // a tile of 64 rows x 32 summed
+inline constexpr int kSummedRowsStride = kGroupedTile + 8;        // a tile of 32 summed rows x 64
+inline constexpr int kOperandTileElements = kGroupedTile * kSummedContiguousStride;  // >= 32 x 72
+static_assert(kGroupedStep * kSummedRowsStride <= kOperandTileElements);
+// Two operands, two stages.
+inline constexpr int kGroupedSharedBytes = 2 * 2 * kOperandTileElements * static_cast<int>(sizeof(bf16));
+
+enum class GroupedProduct { forward, dx, dw };
+
+// Where each group's tiles start in the grid (host-built per launch): group g owns blocks
+// [first_tile[g], first_tile[g + 1]) and rows [offsets[g], offsets[g + 1]).
+struct GroupTiles {
+  index_t groups = 0;
+  index_t offsets[kMaxGroups + 1] = {};
+  index_t first_tile[kMaxGroups + 1] = {};
+};
+
+// The operands (bf16, row-major) and the output (fp32) of one product; n and k as in the contract.
+struct GroupedProductArgs {
+  index_t n = 0, k = 0;
+  const bf16* x = nullptr;   // (M, K)
+  const bf16* w = nullptr;   // (E, N, K)
+  const bf16* dy = nullptr;  // (M, N)
+  float* out = nullptr;      // forward: Y (M, N), written; dx: dX (M, K), added to; dw: dW (E, N, K), added to
+};
+
+// Tiles of one group: for Y and dX, row tiles of the group times column tiles of N (K); for dW,
+// the tiles of (N, K) when the group has rows (an empty group adds nothing).
+inline index_t group_tiles(GroupedProduct product, index_t rows, index_t n, index_t k) {
+  const auto tiles = [](index_t extent) { return (extent + kGroupedTile - 1) / kGroupedTile; };
+  switch (product) {
+    case GroupedProduct::forward: return tiles(rows) * tiles(n);
+    case GroupedProduct::dx: return tiles(rows) * tiles(k);
+    case GroupedProduct::dw: return rows > 0 ? tiles(n) * tiles(k) : 0;
+  }
+  return 0;
+}
+
+// The grid of one product: each group's first tile (host).
+inline GroupTiles group_tiles_of(GroupedProduct product, index_t groups, const index_t* offsets, index_t n, index_t k) {
+  GroupTiles t;
+  t.groups = groups;
+  for (index_t g = 0; g <= groups; ++g) t.offsets[g] = offsets[g];
+  for (index_t g = 0; g < groups; ++g)
+    t.first_tile[g + 1] = t.first_tile[g] + group_tiles(product, offsets[g + 1] - offsets[g], n, k);
+  return t;
+}
+
+// Whether the one-launch products take this shape: at most kMaxGroups groups, K and N multiples of
+// 8, and the bf16 operands (dy null: not used) 16-byte aligned, as cp.async's 16-byte chunks need.
+inline bool grouped_product_fits(index_t groups, index_t n, index_t k, const bf16* x, const bf16* w,
+                                 const bf16* dy = nullptr) {
+  const auto aligned = [](const bf16* operand) { return reinterpret_cast<std::uintptr_t>(operand) % 16 == 0; };
+  return groups <= kMaxGroups && n % 8 == 0 && k % 8 == 0 && aligned(x) && aligned(w) && aligned(dy);
+}
+
+// One operand's slice for a step into shared memory: the 64 outer indices (rows of the output
+// tile, or its columns) from `outer0` and the 32 summed indices from `summed0`. kSummedContiguous:
+// the operand is (outer, summed) in memory with row stride ld, stored 64 rows x 32; else
+// (summed, outer), stored 32 rows x 64. Indices at or past outer_end / summed_end are zeros.
+// Both contiguous extents are multiples of 8, so a 16-byte chunk is wholly inside or outside.
+template <bool kSummedContiguous>
+__device__ void load_operand_step(bf16* tile, const bf16* src, index_t ld, index_t outer_end, index_t summed0,
+                                  index_t summed_end) {
+  constexpr int kChunks = kGroupedTile * kGroupedStep / 8;  // 256 chunks of 8 elements
+  for (int c = threadIdx.x; c < kChunks; c += kGroupedThreads) {
+    index_t outer, summed;
+    bf16* to;
+    if constexpr (kSummedContiguous) {
+      const int row = c / (kGroupedStep / 8), col = c % (kGroupedStep / 8) * 8;
+      outer = row;
+      summed = summed0 + col;
+      to = tile + row * kSummedContiguousStride + col;
+    } else {
+      const int row = c / (kGroupedTile / 8), col = c % (kGroupedTile / 8) * 8;
+      outer = col;
+      summed = summed0 + row;
+      to = tile + row * kSummedRowsStride + col;
+    }
+    if (outer < outer_end && summed < summed_end)
+      ptx::cp_async_16(to, kSummedContiguous ? src + outer * ld + summed : src + summed * ld + outer);
+    else
+      *reinterpret_cast<uint4*>(to) = uint4{0, 0, 0, 0};
+  }
+}
+
+// This lane's A fragments (rows m0 .. m0 + 15 of the tile, summed k0 .. k0 + 15) from a tile
+// stored (m, summed) (ldmatrix) or (summed, m) (ldmatrix.trans). Lane l gives the row address of
+// matrix i = l / 8, row l % 8: a[0..3] = A(g, 2t), A(g + 8, 2t), A(g, 2t + 8), A(g + 8, 2t + 8).
+template <bool kSummedContiguous>
+__device__ void load_a_fragment(std::uint32_t (&a)[4], const bf16* tile, int m0, int k0) {
+  const int lane = static_cast<int>(threadIdx.x % 32), i = lane / 8, j = lane % 8;
+  if constexpr (kSummedContiguous)
+    ptx::ldmatrix_x4(a, tile + (m0 + j + 8 * (i & 1)) * kSummedContiguousStride + k0 + 8 * (i >> 1));
+  else
+    ptx::ldmatrix_x4_trans(a, tile + (k0 + j + 8 * (i >> 1)) * kSummedRowsStride + m0 + 8 * (i & 1));
+}
+
+// The B fragments of the two 8-column tiles n0 and n0 + 8 (summed k0 .. k0 + 15) from a tile
+// stored (n, summed) (ldmatrix) or (summed, n) (ldmatrix.trans): b[0..1] of tile n0, b[2..3] of
+// tile n0 + 8, each pair B(2t, g), B(2t + 8, g).
+template <bool kSummedContiguous>
+__device__ void load_b_fragments(std::uint32_t (&b)[4], const bf16* tile, int n0, int k0) {
+  const int lane = static_cast<int>(threadIdx.x % 32), i = lane / 8, j = lane % 8;
+  if constexpr (kSummedContiguous)
+    ptx::ldmatrix_x4(b, tile + (n0 + j + 8 * (i >> 1)) * kSummedContiguousStride + k0 + 8 * (i & 1));
+  else
+    ptx::ldmatrix_x4_trans(b, tile + (k0 + j + 8 * (i & 1)) * kSummedRowsStride + n0 + 8 * (i >> 1));
+}
+
+// One block: the output tile `blockIdx.x` of the product. See the file comment.
+template <GroupedProduct kProduct>
+__global__ void __launch_bounds__(kGroupedThreads) grouped_product_kernel(GroupedProductArgs args, GroupTiles tiles) {
+  extern __shared__ __align__(16) unsigned char grouped_gemm_shared[];
+  // A is (m, summed) in memory in the forward and dx, (summed, m) in dw; B is (n, summed) in the
+  // forward, (summed, n) in dx and dw.
+  constexpr bool kAContiguous = kProduct != GroupedProduct::dw;
+  constexpr bool kBContiguous = kProduct == GroupedProduct::forward;
+  const index_t tile = blockIdx.x;
+  int g = 0;  // the group whose tiles hold this block: first_tile[g] <= tile < first_tile[g + 1]
+  for (int lo = 0, hi = static_cast<int>(tiles.groups); lo < hi;) {
+    const int mid = (lo + hi) / 2;
+    if (tiles.first_tile[mid + 1] <= tile) lo = g = mid + 1;
+    else hi = mid;
+  }
+  const index_t local = tile - tiles.first_tile[g], row0 = tiles.offsets[g], rows = tiles.offsets[g + 1] - row0;
+  const index_t n = args.n, k = args.k;
+  const index_t out_cols = kProduct == GroupedProduct::forward ? n : k;  // Y's columns, else dX's and dW's
+  const index_t col_tiles = (out_cols + kGroupedTile - 1) / kGroupedTile;
+  const index_t m0 = local / col_tiles * kGroupedTile, n0 = local % col_tiles * kGroupedTile;
+
+  // Operand origins at the tile, their row strides and extents (from the tile's origin), and the
+  // summed extent.
+  const bf16 *a, *b;
+  index_t lda, ldb, a_end, b_end, summed_end;
+  float* out;
+  index_t out_rows, ldo;
+  if constexpr (kProduct == GroupedProduct::forward) {  // A = X_g (m, k), B = W_g (n, k)
+    const bf16* w_g = args.w + static_cast<index_t>(g) * n * k;
+    a = args.x + (row0 + m0) * k, lda = k, a_end = rows - m0;
+    b = w_g + n0 * k, ldb = k, b_end = n - n0;
+    summed_end = k;
+    out = args.out + (row0 + m0) * n + n0, out_rows = rows - m0, ldo = n;
+  } else if constexpr (kProduct == GroupedProduct::dx) {  // A = dY_g (m, n), B = W_g (n summed, k)
+    const bf16* w_g = args.w + static_cast<index_t>(g) * n * k;
+    a = args.dy + (row0 + m0) * n, lda = n, a_end = rows - m0;
+    b = w_g + n0, ldb = k, b_end = k - n0;
+    summed_end = n;
+    out = args.out + (row0 + m0) * k + n0, out_rows = rows - m0, ldo = k;
+  } else {  // A = dY_g^T: dY_g (rows summed, n); B = X_g (rows summed, k)
+    a = args.dy + row0 * n + m0, lda = n, a_end = n - m0;
+    b = args.x + row0 * k + n0, ldb = k, b_end = k - n0;
+    summed_end = rows;
+    out = args.out + static_cast<index_t>(g) * n * k + m0 * k + n0, out_rows = n - m0, ldo = k;
+  }
+  const index_t out_cols_left = out_cols - n0;
+
+  // Stage s holds A's tile at [2 s E, (2 s + 1) E) and B's after it (E = kOperandTileElements);
+  // offsets, not an array of pointers, which a dynamic index would put in local memory.
+  bf16* const tile_memory = reinterpret_cast<bf16*>(grouped_gemm_shared);
+  const auto a_tile = [&](int stage) { return tile_memory + 2 * stage * kOperandTileElements; };
+  const auto b_tile = [&](int stage) { return tile_memory + (2 * stage + 1) * kOperandTileElements; };
+  const auto load_step = [&](int stage, index_t summed0) {
+    load_operand_step<kAContiguous>(a_tile(stage), a, lda, a_end, summed0, summed_end);
+    load_operand_step<kBContiguous>(b_tile(stage), b, ldb, b_end, summed0, summed_end);
+    ptx::cp_async_commit();
+  };
+
+  const int warp = static_cast<int>(threadIdx.x / 32), warp_m = warp / 2 * 32, warp_n = warp % 2 * 32;
+  float acc[2][4][4] = {};  // [m16 tile][n8 tile][fragment]
+  const index_t steps = (summed_end + kGroupedStep - 1) / kGroupedStep;
+  if (steps > 0) load_step(0, 0);
+  for (index_t s = 0; s < steps; ++s) {
+    const int stage = static_cast<int>(s % 2);
+    if (s + 1 < steps) {
+      load_step(1 - stage, (s + 1) * kGroupedStep);
+      ptx::cp_async_wait<1>();  // this step's copies have landed; the next step's are in flight
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies (and zero fills) of this step are visible
+#pragma unroll
+    for (int k0 = 0; k0 < kGroupedStep; k0 += 16) {
+      std::uint32_t fa[2][4], fb[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) load_a_fragment<kAContiguous>(fa[mt], a_tile(stage), warp_m + 16 * mt, k0);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) load_b_fragments<kBContiguous>(fb[np], b_tile(stage), warp_n + 16 * np, k0);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const std::uint32_t pair[2] = {fb[nt / 2][nt % 2 * 2], fb[nt / 2][nt % 2 * 2 + 1]};
+          ptx::mma_bf16_16x8x16(acc[mt][nt], fa[mt], pair);
+        }
+    }
+    __syncthreads();  // every warp is done with this stage before the next step's load refills it
+  }
+
+  // C fragment: c[0..1] = C(g, 2t .. 2t + 1), c[2..3] = C(g + 8, ...), g = lane / 4, t = lane % 4.
+  // The column pair is wholly inside or outside (the column extents are multiples of 8).
+  const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const index_t row = warp_m + 16 * mt + lane / 4 + 8 * half, col = warp_n + 8 * nt + 2 * (lane % 4);
+        if (row >= out_rows || col >= out_cols_left) continue;
+        float* to = out + row * ldo + col;
+        const float* c = acc[mt][nt] + 2 * half;
+        if constexpr (kProduct == GroupedProduct::forward) {
+          to[0] = c[0];
+          to[1] = c[1];
+        } else {
+          to[0] += c[0];
+          to[1] += c[1];
+        }
+      }
+}
+
+}  // namespace megacpp::cuda::moe

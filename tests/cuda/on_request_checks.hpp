@@ -1,0 +1,99 @@
+// tests/cuda/on_request_checks.hpp: the GPU checks of the CUDA backend's opt-in product paths, run
+// by cuda_tests (test_cuda_backend.cu): TF32 float GEMMs (CudaTf32Products), and the MoE experts'
+// grouped products in one launch per product (detail/grouped_gemm.cuh,
+// cuda::moe::OneLaunchGroupedProducts; the same kernels run on the host emulation in every preset,
+// tests/cuda_emulation/test_grouped_gemm.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "megacpp/backends/cuda.cuh"
+
+namespace megacpp::backend_test {
+
+// A (256, 256) x (256, 256) float product under CudaTf32Products is within TF32's error of the
+// fp32 product and not bitwise it (the tensor cores ran); once the scope ends the fp32 product
+// is back bit for bit.
+inline std::string check_tf32_products() {
+  constexpr index_t n = 256;
+  Rng rng(9);
+  const auto a = randn<float, Cuda>({n, n}, rng), b = randn<float, Cuda>({n, n}, rng);
+  auto product = [&] {
+    CudaTensor<float> c(Shape{n, n});
+    Cuda::gemm<float>(GemmArgs::dense(false, false, n, n, n), 1.0f, a.data(), b.data(), 0.0f, c.data());
+    return c.to_host();
+  };
+  const std::vector<float> exact = product();
+  std::vector<float> tf32;
+  {
+    const CudaTf32Products on(true);
+    tf32 = product();
+  }
+  if (product() != exact) return "the fp32 product changed after the TF32 scope ended";
+  if (tf32 == exact) return "the TF32 scope changed nothing: the product did not run in TF32";
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(tf32[i]) - exact[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(exact[i])));
+  }
+  // Each input keeps 11 significant bits (2^-11 relative); 256 terms of unit variance.
+  if (worst > 1e-2 * scale) return "TF32 differs from fp32 by " + std::to_string(worst) + " at scale " + std::to_string(scale);
+  return "";
+}
+
+// GroupedGemm on bf16 operands inside a cuda::moe::OneLaunchGroupedProducts scope (one grid of
+// tensor-core tiles per product over every group, detail/grouped_gemm.cuh) against the per-group
+// cuBLAS products outside it, which the backend cases hold to the CPU: forward, and dX and dW added
+// into non-zero gradients, within fp32 sums' rounding; the same bits run to run. Groups empty, of
+// one row, past a tile; partial steps and column tiles (K 80, N 96); and the bench's 8 experts
+// (K 512, N 1024, 4,096 rows of uneven groups).
+inline std::string check_one_launch_grouped_products() {
+  struct Problem {
+    std::vector<index_t> offsets;
+    index_t k, n;
+  };
+  const std::vector<Problem> problems{{{0, 0, 1, 131, 195, 202}, 80, 96},
+                                      {{0, 700, 700, 1500, 1501, 2200, 2900, 3500, 4096}, 512, 1024}};
+  for (const Problem& pr : problems) {
+    const index_t groups = static_cast<index_t>(pr.offsets.size()) - 1, rows = pr.offsets.back();
+    const kernels::GroupedGemmParams p{groups, pr.k, pr.n, pr.offsets.data()};
+    Rng rng(23);
+    const CudaTensor<bf16> x = randn<float, Cuda>({rows, pr.k}, rng).template to<bf16>();
+    const CudaTensor<bf16> w = randn<float, Cuda>({groups, pr.n, pr.k}, rng).template to<bf16>();
+    const CudaTensor<bf16> dy = randn<float, Cuda>({rows, pr.n}, rng).template to<bf16>();
+    const CudaTensor<float> dx0 = randn<float, Cuda>({rows, pr.k}, rng), dw0 = randn<float, Cuda>({groups, pr.n, pr.k}, rng);
+    if (!cuda::moe::grouped_product_fits(groups, pr.n, pr.k, x.data(), w.data(), dy.data()))
+      return "the one-launch products do not take K " + std::to_string(pr.k) + ", N " + std::to_string(pr.n);
+    const auto run = [&](bool one_launch) {
+      const cuda::moe::OneLaunchGroupedProducts scope(one_launch);
+      CudaTensor<float> y(Shape{rows, pr.n});
+      CudaTensor<float> dx = dx0.clone(), dw = dw0.clone();
+      kernels::GroupedGemm<Cuda>::forward<float, bf16>(p, {x.data(), w.data(), y.data()});
+      kernels::GroupedGemm<Cuda>::backward<float, bf16>(p, {x.data(), w.data(), nullptr},
+                                                        {dy.data(), dx.data(), dw.data()});
+      return std::vector<std::vector<float>>{y.to_host(), dx.to_host(), dw.to_host()};
+    };
+    const auto per_group = run(false), one_launch = run(true);
+    if (run(true) != one_launch) return "the one-launch products are not reproducible run to run";
+    const char* names[] = {"Y", "dX", "dW"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      double worst = 0, scale = 1;
+      for (std::size_t e = 0; e < per_group[i].size(); ++e) {
+        worst = std::max(worst, std::abs(static_cast<double>(one_launch[i][e]) - per_group[i][e]));
+        scale = std::max(scale, std::abs(static_cast<double>(per_group[i][e])));
+      }
+      std::printf("  one-launch grouped %s (K %lld, N %lld): largest difference %.2e of %.2e\n", names[i],
+                  static_cast<long long>(pr.k), static_cast<long long>(pr.n), worst, scale);
+      // Sums of up to 4,096 exact products of unit-variance bf16 values, in fp32, in two orders.
+      if (!(worst <= 1e-5 * scale * std::sqrt(static_cast<double>(std::max(pr.k, rows)))))
+        return std::string(names[i]) + " differs from the per-group products by " + std::to_string(worst);
+    }
+  }
+  return "";
+}
+
+}  // namespace megacpp::backend_test

@@ -1,0 +1,27 @@
+// tests/cuda_emulation/grouped_gemm_emulated.hpp: the CUDA backend's one-launch grouped products on
+// bf16 operands (detail/grouped_gemm.cuh: the MoE experts' forward, dX and dW, one grid over every
+// group) run on the emulator, with host pointers as device memory, spelled as GroupedGemm<B>'s
+// calls so a test runs the same code on the CPU backend. Mirrors grouped_forward_bf16 and
+// grouped_backward_bf16 of detail/grouped_gemm_launch.cuh, launched as they launch.
+#pragma once
+
+#include "megacpp/core/dtypes.hpp"
+#include "megacpp/core/kernels/grouped_gemm.hpp"
+
+namespace megacpp::cuda_emulation {
+
+struct EmulatedGroupedGemm {
+  /// Y_g = X_g W_g^T (throws unless the shape fits the one-launch products).
+  static void forward(const kernels::GroupedGemmParams& p, const kernels::GroupedGemmArgs<float, bf16>& a);
+  /// dX_g += dY_g W_g, dW_g += dY_g^T X_g (either may be null).
+  static void backward(const kernels::GroupedGemmParams& p, const kernels::GroupedGemmArgs<float, bf16>& a,
+                       const kernels::GroupedGemmGrads<float, bf16>& d);
+};
+
+/// Whether the one-launch products take (groups, n, k) with these operands (the backend's test).
+bool grouped_product_fits(index_t groups, index_t n, index_t k, const bf16* x, const bf16* w, const bf16* dy);
+
+/// Blocks of one product's grid (0: nothing launched).
+index_t grouped_product_blocks(int product, const kernels::GroupedGemmParams& p);
+
+}  // namespace megacpp::cuda_emulation
