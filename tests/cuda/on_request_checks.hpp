@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,18 +48,26 @@ inline std::string check_tf32_products() {
 
 // GroupedGemm on bf16 operands inside a cuda::moe::OneLaunchGroupedProducts scope (one grid of
 // tensor-core tiles per product over every group, detail/grouped_gemm.cuh) against the per-group
-// cuBLAS products outside it, which the backend cases hold to the CPU: forward, and dX and dW added
-// into non-zero gradients, within fp32 sums' rounding; the same bits run to run. Groups empty, of
-// one row, past a tile; partial steps and column tiles (K 80, N 96); and the bench's 8 experts
-// (K 512, N 1024, 4,096 rows of uneven groups).
+// cuBLAS products outside it, which the backend cases hold to the CPU: forward (Y starting as NaN,
+// so an element no tile wrote shows), and dX and dW added into non-zero gradients, within fp32
+// sums' rounding; the same bits run to run. Groups empty, of one row, past a tile, with partial
+// steps and column tiles (K 80, N 96); the bench's 8 experts (K 512, N 1024, 4,096 rows, where the
+// two paths' sums must differ somewhere: the one-launch kernels ran); and 64 small uneven groups.
 inline std::string check_one_launch_grouped_products() {
   struct Problem {
     std::vector<index_t> offsets;
     index_t k, n;
   };
+  // 64 groups of g * 5 mod 7 parts of 8,192 rows (189 parts; every seventh group empty), the last
+  // taking the remainder, as bench_moe_cuda's 64 experts
+  std::vector<index_t> many{0};
+  for (index_t g = 0; g < 64; ++g) many.push_back(many.back() + 8192 * (g * 5 % 7) / 189);
+  many.back() = 8192;
   const std::vector<Problem> problems{{{0, 0, 1, 131, 195, 202}, 80, 96},
-                                      {{0, 700, 700, 1500, 1501, 2200, 2900, 3500, 4096}, 512, 1024}};
-  for (const Problem& pr : problems) {
+                                      {{0, 700, 700, 1500, 1501, 2200, 2900, 3500, 4096}, 512, 1024},
+                                      {many, 512, 256}};
+  for (std::size_t pi = 0; pi < problems.size(); ++pi) {
+    const Problem& pr = problems[pi];
     const index_t groups = static_cast<index_t>(pr.offsets.size()) - 1, rows = pr.offsets.back();
     const kernels::GroupedGemmParams p{groups, pr.k, pr.n, pr.offsets.data()};
     Rng rng(23);
@@ -66,12 +75,13 @@ inline std::string check_one_launch_grouped_products() {
     const CudaTensor<bf16> w = randn<float, Cuda>({groups, pr.n, pr.k}, rng).template to<bf16>();
     const CudaTensor<bf16> dy = randn<float, Cuda>({rows, pr.n}, rng).template to<bf16>();
     const CudaTensor<float> dx0 = randn<float, Cuda>({rows, pr.k}, rng), dw0 = randn<float, Cuda>({groups, pr.n, pr.k}, rng);
-    if (!cuda::moe::grouped_product_fits(groups, pr.n, pr.k, x.data(), w.data(), dy.data()))
-      return "the one-launch products do not take K " + std::to_string(pr.k) + ", N " + std::to_string(pr.n);
     const auto run = [&](bool one_launch) {
       const cuda::moe::OneLaunchGroupedProducts scope(one_launch);
-      CudaTensor<float> y(Shape{rows, pr.n});
+      CudaTensor<float> y = CudaTensor<float>::full(Shape{rows, pr.n}, std::numeric_limits<float>::quiet_NaN());
       CudaTensor<float> dx = dx0.clone(), dw = dw0.clone();
+      if (one_launch && !cuda::moe::grouped_product_fits(p, x.data(), w.data(), dy.data(), y.data()))
+        throw Error("one-launch grouped products", "they do not take K " + std::to_string(pr.k) + ", N " +
+                                                       std::to_string(pr.n));
       kernels::GroupedGemm<Cuda>::forward<float, bf16>(p, {x.data(), w.data(), y.data()});
       kernels::GroupedGemm<Cuda>::backward<float, bf16>(p, {x.data(), w.data(), nullptr},
                                                         {dy.data(), dx.data(), dw.data()});
@@ -80,18 +90,29 @@ inline std::string check_one_launch_grouped_products() {
     const auto per_group = run(false), one_launch = run(true);
     if (run(true) != one_launch) return "the one-launch products are not reproducible run to run";
     const char* names[] = {"Y", "dX", "dW"};
+    index_t largest_group = 0;
+    for (index_t g = 0; g < groups; ++g) largest_group = std::max(largest_group, pr.offsets[g + 1] - pr.offsets[g]);
+    const index_t summed[] = {pr.k, pr.n, largest_group};
+    bool any_difference = false;
     for (std::size_t i = 0; i < 3; ++i) {
       double worst = 0, scale = 1;
       for (std::size_t e = 0; e < per_group[i].size(); ++e) {
-        worst = std::max(worst, std::abs(static_cast<double>(one_launch[i][e]) - per_group[i][e]));
-        scale = std::max(scale, std::abs(static_cast<double>(per_group[i][e])));
+        const double got = one_launch[i][e], want = per_group[i][e];
+        if (!std::isfinite(got) || !std::isfinite(want))
+          return std::string(names[i]) + " is not finite at element " + std::to_string(e) + " (problem " +
+                 std::to_string(pi) + ")";
+        worst = std::max(worst, std::abs(got - want));
+        scale = std::max(scale, std::abs(want));
+        any_difference = any_difference || got != want;
       }
-      std::printf("  one-launch grouped %s (K %lld, N %lld): largest difference %.2e of %.2e\n", names[i],
-                  static_cast<long long>(pr.k), static_cast<long long>(pr.n), worst, scale);
-      // Sums of up to 4,096 exact products of unit-variance bf16 values, in fp32, in two orders.
-      if (!(worst <= 1e-5 * scale * std::sqrt(static_cast<double>(std::max(pr.k, rows)))))
-        return std::string(names[i]) + " differs from the per-group products by " + std::to_string(worst);
+      std::printf("  one-launch grouped %s (problem %zu, K %lld, N %lld): largest difference %.2e of %.2e\n", names[i],
+                  pi, static_cast<long long>(pr.k), static_cast<long long>(pr.n), worst, scale);
+      // Sums of `summed` exact products of unit-variance bf16 values, in fp32, in two orders.
+      if (!(worst <= 1e-5 * scale * std::sqrt(static_cast<double>(summed[i]))))
+        return std::string(names[i]) + " differs from the per-group products by " + std::to_string(worst) +
+               " (problem " + std::to_string(pi) + ")";
     }
+    if (pi == 1 && !any_difference) return "the one-launch scope changed no bit of 4M outputs: its kernels did not run";
   }
   return "";
 }

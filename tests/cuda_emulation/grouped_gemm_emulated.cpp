@@ -3,7 +3,8 @@
 // grid (a block per output tile, GroupTiles by value), 128 threads and dynamic shared memory.
 #include "grouped_gemm_emulated.hpp"
 
-#include <limits>
+#include <cstdint>
+#include <vector>
 
 #include "emulator/launch.hpp"
 
@@ -20,11 +21,9 @@ namespace moe = megacpp::cuda::moe;
 
 template <moe::GroupedProduct kProduct>
 void launch_grouped_product(const kernels::GroupedGemmParams& p, const moe::GroupedProductArgs& args) {
-  const moe::GroupTiles tiles = moe::group_tiles_of(kProduct, p.groups, p.offsets, p.n, p.k);
-  const index_t blocks = tiles.first_tile[p.groups];
+  const moe::GroupTiles tiles = moe::group_tiles_of(kProduct, p);
+  const std::int32_t blocks = tiles.first_tile[p.groups];
   if (blocks == 0) return;
-  check(blocks <= std::numeric_limits<int>::max(), "cuda::moe::launch_grouped_product", blocks,
-        " tiles exceed a grid's blocks");
   launch(moe::grouped_product_kernel<kProduct>,
          LaunchConfig{dim3(static_cast<unsigned>(blocks)), dim3(moe::kGroupedThreads), moe::kGroupedSharedBytes}, args,
          tiles);
@@ -33,25 +32,29 @@ void launch_grouped_product(const kernels::GroupedGemmParams& p, const moe::Grou
 }  // namespace
 
 void EmulatedGroupedGemm::forward(const kernels::GroupedGemmParams& p, const kernels::GroupedGemmArgs<float, bf16>& a) {
-  check(moe::grouped_product_fits(p.groups, p.n, p.k, a.x, a.w), "EmulatedGroupedGemm", "the shape does not fit");
+  check(moe::grouped_product_fits(p, a.x, a.w, nullptr, a.y), "EmulatedGroupedGemm", "the shape does not fit");
   launch_grouped_product<moe::GroupedProduct::forward>(p, {p.n, p.k, a.x, a.w, nullptr, a.y});
 }
 
 void EmulatedGroupedGemm::backward(const kernels::GroupedGemmParams& p, const kernels::GroupedGemmArgs<float, bf16>& a,
                                    const kernels::GroupedGemmGrads<float, bf16>& d) {
-  check(moe::grouped_product_fits(p.groups, p.n, p.k, a.x, a.w, d.dy), "EmulatedGroupedGemm",
-        "the shape does not fit");
+  check(moe::grouped_product_fits(p, a.x, a.w, d.dy, d.dx, d.dw), "EmulatedGroupedGemm", "the shape does not fit");
   if (d.dx) launch_grouped_product<moe::GroupedProduct::dx>(p, {p.n, p.k, nullptr, a.w, d.dy, d.dx});
   if (d.dw) launch_grouped_product<moe::GroupedProduct::dw>(p, {p.n, p.k, a.x, nullptr, d.dy, d.dw});
 }
 
-bool grouped_product_fits(index_t groups, index_t n, index_t k, const bf16* x, const bf16* w, const bf16* dy) {
-  return moe::grouped_product_fits(groups, n, k, x, w, dy);
+bool grouped_product_fits(const kernels::GroupedGemmParams& p, const bf16* x, const bf16* w, const bf16* dy,
+                          const float* out) {
+  return moe::grouped_product_fits(p, x, w, dy, out);
 }
 
 index_t grouped_product_blocks(int product, const kernels::GroupedGemmParams& p) {
-  return moe::group_tiles_of(static_cast<moe::GroupedProduct>(product), p.groups, p.offsets, p.n, p.k)
-      .first_tile[p.groups];
+  return moe::group_tiles_of(static_cast<moe::GroupedProduct>(product), p).first_tile[p.groups];
+}
+
+std::vector<index_t> grouped_product_slots(const kernels::GroupedGemmParams& p) {
+  const moe::GroupTiles tiles = moe::group_tiles_of(moe::GroupedProduct::dw, p);
+  return std::vector<index_t>(tiles.order, tiles.order + p.groups);
 }
 
 }  // namespace megacpp::cuda_emulation

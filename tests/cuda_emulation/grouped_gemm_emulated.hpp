@@ -5,6 +5,8 @@
 // grouped_backward_bf16 of detail/grouped_gemm_launch.cuh, launched as they launch.
 #pragma once
 
+#include <vector>
+
 #include "megacpp/core/dtypes.hpp"
 #include "megacpp/core/kernels/grouped_gemm.hpp"
 
@@ -18,10 +20,14 @@ struct EmulatedGroupedGemm {
                        const kernels::GroupedGemmGrads<float, bf16>& d);
 };
 
-/// Whether the one-launch products take (groups, n, k) with these operands (the backend's test).
-bool grouped_product_fits(index_t groups, index_t n, index_t k, const bf16* x, const bf16* w, const bf16* dy);
+/// Whether the one-launch products take this shape with these operands and output (the backend's test).
+bool grouped_product_fits(const kernels::GroupedGemmParams& p, const bf16* x, const bf16* w, const bf16* dy,
+                          const float* out);
 
-/// Blocks of one product's grid (0: nothing launched).
+/// Blocks of one product's grid (product 0: forward, 1: dX, 2: dW; 0 blocks: nothing launched).
 index_t grouped_product_blocks(int product, const kernels::GroupedGemmParams& p);
+
+/// The groups in the grid's order (most rows first).
+std::vector<index_t> grouped_product_slots(const kernels::GroupedGemmParams& p);
 
 }  // namespace megacpp::cuda_emulation

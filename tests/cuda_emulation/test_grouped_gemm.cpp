@@ -3,8 +3,8 @@
 // tiles over every group) on the emulator against GroupedGemm<Cpu> on the same bf16 operands: groups
 // that are empty, of one row, of several row tiles and of a whole tile; K and N that leave partial
 // steps and partial column tiles; gradients added into non-zero values, each alone. Both sum exact
-// bf16 products in fp32, in different orders. Also: the tiles each product launches, which shapes
-// the one-launch products take, the document-masking invariant (a row of X changes only its own row
+// bf16 products in fp32, in different orders. Also: the tiles each product launches, the grid's
+// order (the groups with the most rows first), which shapes the one-launch products take, the document-masking invariant (a row of X changes only its own row
 // of Y and its own group's dW, bitwise), and the same bits under the reversed and greedy schedules.
 #include <catch2/catch.hpp>
 
@@ -121,12 +121,28 @@ TEST_CASE("grouped: each product launches a block per output tile of every group
 
 TEST_CASE("grouped: the shapes the one-launch products take", "[grouped]") {
   alignas(16) static const bf16 operand[16] = {};
-  CHECK(grouped_product_fits(8, 512, 256, operand, operand, operand));
-  CHECK(grouped_product_fits(128, 8, 8, operand, operand, nullptr));
-  CHECK_FALSE(grouped_product_fits(129, 512, 256, operand, operand, operand));  // GroupTiles holds 128
-  CHECK_FALSE(grouped_product_fits(8, 70, 256, operand, operand, operand));     // N not whole chunks
-  CHECK_FALSE(grouped_product_fits(8, 512, 40 + 4, operand, operand, operand));  // K not whole chunks
-  CHECK_FALSE(grouped_product_fits(8, 512, 256, operand + 1, operand, operand));  // not 16-byte aligned
+  alignas(16) static float out[4] = {};
+  const std::vector<index_t> eight{0, 10, 20, 30, 40, 50, 60, 70, 80}, huge{0, index_t{1} << 31};
+  std::vector<index_t> many(258);
+  for (std::size_t g = 0; g < many.size(); ++g) many[g] = static_cast<index_t>(g);
+  const auto fits = [&](index_t groups, const std::vector<index_t>& offsets, index_t n, index_t k, const bf16* x,
+                        const float* y) {
+    return grouped_product_fits({groups, k, n, offsets.data()}, x, operand, operand, y);
+  };
+  CHECK(fits(8, eight, 512, 256, operand, out));
+  CHECK(fits(256, many, 8, 8, operand, out));
+  CHECK_FALSE(fits(257, many, 8, 8, operand, out));        // GroupTiles holds 256
+  CHECK_FALSE(fits(1, huge, 8, 8, operand, out));          // rows past int32
+  CHECK_FALSE(fits(8, eight, 70, 256, operand, out));      // N not whole chunks
+  CHECK_FALSE(fits(8, eight, 512, 44, operand, out));      // K not whole chunks
+  CHECK_FALSE(fits(8, eight, 512, 256, operand + 1, out));  // an operand not 16-byte aligned
+  CHECK_FALSE(fits(8, eight, 512, 256, operand, out + 1));  // an output not 8-byte aligned
+}
+
+TEST_CASE("grouped: the grid takes the groups with the most rows first", "[grouped]") {
+  const GroupedCase& c = grouped_cases()[0];  // rows 0, 1, 130, 64, 7
+  const kernels::GroupedGemmParams p{static_cast<index_t>(c.offsets.size()) - 1, c.k, c.n, c.offsets.data()};
+  CHECK(grouped_product_slots(p) == std::vector<index_t>{2, 3, 4, 1, 0});
 }
 
 TEST_CASE("grouped: a row of X changes only its own row of Y and its own group's dW, bitwise", "[grouped]") {

@@ -156,8 +156,8 @@ struct GroupedGemm<Cuda> {
   static constexpr bool available = true;
   template <class T, class Operand = T>
   static void forward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a) {
-    if constexpr (std::is_same_v<Operand, bf16>) {
-      if (cuda::moe::OneLaunchGroupedProducts::enabled() && cuda::moe::grouped_product_fits(p.groups, p.n, p.k, a.x, a.w)) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Operand, bf16>) {
+      if (cuda::moe::OneLaunchGroupedProducts::enabled() && cuda::moe::grouped_product_fits(p, a.x, a.w, nullptr, a.y)) {
         cuda::moe::grouped_forward_bf16(p, a);
         return;
       }
@@ -172,9 +172,9 @@ struct GroupedGemm<Cuda> {
   template <class T, class Operand = T>
   static void backward(const GroupedGemmParams& p, const GroupedGemmArgs<T, Operand>& a,
                        const GroupedGemmGrads<T, Operand>& d) {
-    if constexpr (std::is_same_v<Operand, bf16>) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Operand, bf16>) {
       if (cuda::moe::OneLaunchGroupedProducts::enabled() &&
-          cuda::moe::grouped_product_fits(p.groups, p.n, p.k, a.x, a.w, d.dy)) {
+          cuda::moe::grouped_product_fits(p, a.x, a.w, d.dy, d.dx, d.dw)) {
         cuda::moe::grouped_backward_bf16(p, a, d);
         return;
       }

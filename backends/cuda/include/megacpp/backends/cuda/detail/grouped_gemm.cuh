@@ -25,24 +25,28 @@
 // and on W_g: the document-masking invariant holds as for the per-group products.
 //
 // Shapes taken: K and N multiples of 8 (whole 16-byte chunks), at most kMaxGroups groups,
-// operands 16-byte aligned (grouped_product_fits); the launch header falls back to one cuBLAS
-// product per group otherwise.
+// operands 16-byte aligned (grouped_product_fits); GroupedGemm<Cuda> falls back to one cuBLAS
+// product per group otherwise. The results are not gemm_bf16's bits: the same exact products,
+// summed in fp32 in the tiles' order.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/ptx.cuh"
 #include "megacpp/core/config.hpp"
 #include "megacpp/core/dtypes.hpp"
+#include "megacpp/core/kernels/grouped_gemm.hpp"
 
 namespace megacpp::cuda::moe {
 
 inline constexpr int kGroupedTile = 64;     // output tile: 64 x 64
 inline constexpr int kGroupedStep = 32;     // the summed dimension per step
 inline constexpr int kGroupedThreads = 128;  // 4 warps, 2 x 2 over the tile
-inline constexpr int kMaxGroups = 128;       // GroupTiles' arrays: 2 x 129 x 8 bytes of kernel parameters
+inline constexpr int kMaxGroups = 256;       // GroupTiles: 3 arrays of ~257 int32, 3 KB of the 4 KB of parameters
 
 // Shared memory row strides, padded by 8 elements (16 bytes) so that the 8 row addresses of an
 // ldmatrix fall in 8 different 16-byte bank groups (80 and 144 bytes apart).
@@ -55,12 +59,17 @@ inline constexpr int kGroupedSharedBytes = 2 * 2 * kOperandTileElements * static
 
 enum class GroupedProduct { forward, dx, dw };
 
-// Where each group's tiles start in the grid (host-built per launch): group g owns blocks
-// [first_tile[g], first_tile[g + 1]) and rows [offsets[g], offsets[g + 1]).
+// The grid of one product (host-built per launch, passed by value): the groups' tiles in slots,
+// the group with the most rows first, so that dW's blocks (each a sum over its group's rows) start
+// longest first and the small groups fill the tail. The order changes no result: every tile is
+// computed alone. Slot s holds group order[s] and owns blocks [first_tile[s], first_tile[s + 1]);
+// group g owns rows [offsets[g], offsets[g + 1]). int32: grouped_product_fits bounds the rows and
+// group_tiles_of the blocks.
 struct GroupTiles {
-  index_t groups = 0;
-  index_t offsets[kMaxGroups + 1] = {};
-  index_t first_tile[kMaxGroups + 1] = {};
+  std::int32_t groups = 0;
+  std::int32_t order[kMaxGroups] = {};
+  std::int32_t first_tile[kMaxGroups + 1] = {};
+  std::int32_t offsets[kMaxGroups + 1] = {};
 };
 
 // The operands (bf16, row-major) and the output (fp32) of one product; n and k as in the contract.
@@ -84,22 +93,38 @@ inline index_t group_tiles(GroupedProduct product, index_t rows, index_t n, inde
   return 0;
 }
 
-// The grid of one product: each group's first tile (host).
-inline GroupTiles group_tiles_of(GroupedProduct product, index_t groups, const index_t* offsets, index_t n, index_t k) {
+// The grid of one product (host): the slots in order of rows, most first (ties: lower group).
+// Throws when the tiles exceed a grid (2^31 - 1 blocks) or the groups GroupTiles' arrays.
+inline GroupTiles group_tiles_of(GroupedProduct product, const kernels::GroupedGemmParams& p) {
+  check(p.groups <= kMaxGroups, "cuda::moe::group_tiles_of", p.groups, " groups exceed the one-launch products' ",
+        kMaxGroups);
   GroupTiles t;
-  t.groups = groups;
-  for (index_t g = 0; g <= groups; ++g) t.offsets[g] = offsets[g];
-  for (index_t g = 0; g < groups; ++g)
-    t.first_tile[g + 1] = t.first_tile[g] + group_tiles(product, offsets[g + 1] - offsets[g], n, k);
+  t.groups = static_cast<std::int32_t>(p.groups);
+  const auto rows = [&](index_t g) { return p.offsets[g + 1] - p.offsets[g]; };
+  for (index_t g = 0; g <= p.groups; ++g) t.offsets[g] = static_cast<std::int32_t>(p.offsets[g]);
+  for (index_t g = 0; g < p.groups; ++g) t.order[g] = static_cast<std::int32_t>(g);
+  std::stable_sort(t.order, t.order + p.groups, [&](std::int32_t a, std::int32_t b) { return rows(a) > rows(b); });
+  index_t blocks = 0;
+  for (index_t s = 0; s < p.groups; ++s) {
+    blocks += group_tiles(product, rows(t.order[s]), p.n, p.k);
+    check(blocks <= std::numeric_limits<std::int32_t>::max(), "cuda::moe::group_tiles_of", blocks,
+          " tiles exceed a grid's blocks");
+    t.first_tile[s + 1] = static_cast<std::int32_t>(blocks);
+  }
   return t;
 }
 
-// Whether the one-launch products take this shape: at most kMaxGroups groups, K and N multiples of
-// 8, and the bf16 operands (dy null: not used) 16-byte aligned, as cp.async's 16-byte chunks need.
-inline bool grouped_product_fits(index_t groups, index_t n, index_t k, const bf16* x, const bf16* w,
-                                 const bf16* dy = nullptr) {
-  const auto aligned = [](const bf16* operand) { return reinterpret_cast<std::uintptr_t>(operand) % 16 == 0; };
-  return groups <= kMaxGroups && n % 8 == 0 && k % 8 == 0 && aligned(x) && aligned(w) && aligned(dy);
+// Whether the one-launch products take this shape: at most kMaxGroups groups and 2^31 - 1 rows, K
+// and N multiples of 8, the bf16 operands 16-byte aligned (cp.async's 16-byte chunks) and the fp32
+// outputs 8-byte aligned (float2 stores). Null pointers (not used) pass.
+inline bool grouped_product_fits(const kernels::GroupedGemmParams& p, const bf16* x, const bf16* w, const bf16* dy,
+                                 const float* out, const float* other_out = nullptr) {
+  const auto aligned = [](const void* pointer, std::uintptr_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
+  };
+  return p.groups <= kMaxGroups && p.rows() <= std::numeric_limits<std::int32_t>::max() && p.n % 8 == 0 &&
+         p.k % 8 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(dy, 16) && aligned(out, 8) &&
+         aligned(other_out, 8);
 }
 
 // One operand's slice for a step into shared memory: the 64 outer indices (rows of the output
@@ -164,14 +189,15 @@ __global__ void __launch_bounds__(kGroupedThreads) grouped_product_kernel(Groupe
   // forward, (summed, n) in dx and dw.
   constexpr bool kAContiguous = kProduct != GroupedProduct::dw;
   constexpr bool kBContiguous = kProduct == GroupedProduct::forward;
-  const index_t tile = blockIdx.x;
-  int g = 0;  // the group whose tiles hold this block: first_tile[g] <= tile < first_tile[g + 1]
-  for (int lo = 0, hi = static_cast<int>(tiles.groups); lo < hi;) {
+  const auto tile = static_cast<std::int32_t>(blockIdx.x);
+  int slot = 0;  // the slot whose tiles hold this block: first_tile[slot] <= tile < first_tile[slot + 1]
+  for (int lo = 0, hi = tiles.groups; lo < hi;) {
     const int mid = (lo + hi) / 2;
-    if (tiles.first_tile[mid + 1] <= tile) lo = g = mid + 1;
+    if (tiles.first_tile[mid + 1] <= tile) lo = slot = mid + 1;
     else hi = mid;
   }
-  const index_t local = tile - tiles.first_tile[g], row0 = tiles.offsets[g], rows = tiles.offsets[g + 1] - row0;
+  const int g = tiles.order[slot];
+  const index_t local = tile - tiles.first_tile[slot], row0 = tiles.offsets[g], rows = tiles.offsets[g + 1] - row0;
   const index_t n = args.n, k = args.k;
   const index_t out_cols = kProduct == GroupedProduct::forward ? n : k;  // Y's columns, else dX's and dW's
   const index_t col_tiles = (out_cols + kGroupedTile - 1) / kGroupedTile;
@@ -256,14 +282,13 @@ __global__ void __launch_bounds__(kGroupedThreads) grouped_product_kernel(Groupe
       for (int half = 0; half < 2; ++half) {
         const index_t row = warp_m + 16 * mt + lane / 4 + 8 * half, col = warp_n + 8 * nt + 2 * (lane % 4);
         if (row >= out_rows || col >= out_cols_left) continue;
-        float* to = out + row * ldo + col;
+        float2* const to = reinterpret_cast<float2*>(out + row * ldo + col);  // 8-byte aligned: col even, ldo % 8 == 0
         const float* c = acc[mt][nt] + 2 * half;
         if constexpr (kProduct == GroupedProduct::forward) {
-          to[0] = c[0];
-          to[1] = c[1];
+          *to = float2{c[0], c[1]};
         } else {
-          to[0] += c[0];
-          to[1] += c[1];
+          const float2 old = *to;
+          *to = float2{old.x + c[0], old.y + c[1]};
         }
       }
 }

@@ -4,7 +4,7 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
-#include <limits>
+#include <cstdint>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/grouped_gemm.cuh"
@@ -22,11 +22,9 @@ using OneLaunchGroupedProducts = ThreadOption<struct OneLaunchGroupedProductsTag
 
 template <GroupedProduct kProduct>
 void launch_grouped_product(const kernels::GroupedGemmParams& p, const GroupedProductArgs& args) {
-  const GroupTiles tiles = group_tiles_of(kProduct, p.groups, p.offsets, p.n, p.k);
-  const index_t blocks = tiles.first_tile[p.groups];
+  const GroupTiles tiles = group_tiles_of(kProduct, p);
+  const std::int32_t blocks = tiles.first_tile[p.groups];
   if (blocks == 0) return;
-  check(blocks <= std::numeric_limits<int>::max(), "cuda::moe::launch_grouped_product", blocks,
-        " tiles exceed a grid's blocks");
   grouped_product_kernel<kProduct>
       <<<static_cast<unsigned>(blocks), kGroupedThreads, kGroupedSharedBytes, kStream>>>(args, tiles);
   MEGACPP_CUDA_CHECK_LAUNCH(grouped_product_kernel);
