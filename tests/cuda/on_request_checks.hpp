@@ -51,15 +51,16 @@ inline std::string check_tf32_products() {
 // cuBLAS products outside it, which the backend cases hold to the CPU: forward (Y starting as NaN,
 // so an element no tile wrote shows), and dX and dW added into non-zero gradients, within fp32
 // sums' rounding; the same bits run to run. Groups empty, of one row, past a tile, with partial
-// steps and column tiles (K 80, N 96); the bench's 8 experts (K 512, N 1024, 4,096 rows, where the
-// two paths' sums must differ somewhere: the one-launch kernels ran); and 64 small uneven groups.
+// steps and column tiles (K 80, N 96); 8 uneven groups of 4,096 rows at the bench's K 512 and
+// N 1024 (where the two paths' sums must differ somewhere: the one-launch kernels ran); and the
+// bench's 64 small uneven groups (K 512, N 256).
 inline std::string check_one_launch_grouped_products() {
   struct Problem {
     std::vector<index_t> offsets;
     index_t k, n;
   };
-  // 64 groups of g * 5 mod 7 parts of 8,192 rows (189 parts; every seventh group empty), the last
-  // taking the remainder, as bench_moe_cuda's 64 experts
+  // 64 groups of g * 5 mod 7 parts of 8,192 rows (189 parts: groups 0, 7, ... empty, the last
+  // taking the remainder), bench_moe_cuda's 64 experts (bench/moe/uneven_groups.hpp)
   std::vector<index_t> many{0};
   for (index_t g = 0; g < 64; ++g) many.push_back(many.back() + 8192 * (g * 5 % 7) / 189);
   many.back() = 8192;
@@ -79,9 +80,10 @@ inline std::string check_one_launch_grouped_products() {
       const cuda::moe::OneLaunchGroupedProducts scope(one_launch);
       CudaTensor<float> y = CudaTensor<float>::full(Shape{rows, pr.n}, std::numeric_limits<float>::quiet_NaN());
       CudaTensor<float> dx = dx0.clone(), dw = dw0.clone();
-      if (one_launch && !cuda::moe::grouped_product_fits(p, x.data(), w.data(), dy.data(), y.data()))
-        throw Error("one-launch grouped products", "they do not take K " + std::to_string(pr.k) + ", N " +
-                                                       std::to_string(pr.n));
+      if (one_launch && !(cuda::moe::grouped_product_fits(p, x.data(), w.data(), nullptr, y.data()) &&
+                          cuda::moe::grouped_product_fits(p, x.data(), w.data(), dy.data(), dx.data(), dw.data())))
+        throw Error("one-launch grouped products", "they do not take this shape or these pointers (K " +
+                                                       std::to_string(pr.k) + ", N " + std::to_string(pr.n) + ")");
       kernels::GroupedGemm<Cuda>::forward<float, bf16>(p, {x.data(), w.data(), y.data()});
       kernels::GroupedGemm<Cuda>::backward<float, bf16>(p, {x.data(), w.data(), nullptr},
                                                         {dy.data(), dx.data(), dw.data()});

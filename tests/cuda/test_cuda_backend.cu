@@ -25,7 +25,9 @@
 // document-masking invariants with the scope on.
 //
 // Then checks that need no CPU reference: conversions and fill against the host's
-// convert_element bit for bit, gradcheck on the device, memory accounting, error reporting.
+// convert_element bit for bit, gradcheck on the device, memory accounting, error reporting; and
+// the opt-in product paths against the default ones (on_request_checks.hpp: TF32 GEMMs, the MoE
+// experts' grouped products in one launch).
 //
 // Without a device it prints exactly "no CUDA device: CUDA backend tests skipped" and exits 0;
 // CTest's SKIP_REGULAR_EXPRESSION turns that into a skipped test. A plain main (not Catch2)

@@ -44,8 +44,8 @@ void EmulatedGroupedGemm::backward(const kernels::GroupedGemmParams& p, const ke
 }
 
 bool grouped_product_fits(const kernels::GroupedGemmParams& p, const bf16* x, const bf16* w, const bf16* dy,
-                          const float* out) {
-  return moe::grouped_product_fits(p, x, w, dy, out);
+                          const float* out, const float* other_out) {
+  return moe::grouped_product_fits(p, x, w, dy, out, other_out);
 }
 
 index_t grouped_product_blocks(int product, const kernels::GroupedGemmParams& p) {

@@ -22,7 +22,7 @@ struct EmulatedGroupedGemm {
 
 /// Whether the one-launch products take this shape with these operands and output (the backend's test).
 bool grouped_product_fits(const kernels::GroupedGemmParams& p, const bf16* x, const bf16* w, const bf16* dy,
-                          const float* out);
+                          const float* out, const float* other_out);
 
 /// Blocks of one product's grid (product 0: forward, 1: dX, 2: dW; 0 blocks: nothing launched).
 index_t grouped_product_blocks(int product, const kernels::GroupedGemmParams& p);

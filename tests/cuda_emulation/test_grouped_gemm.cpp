@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
-#include <string>
 #include <vector>
 
 #include "grouped_gemm_emulated.hpp"
@@ -127,7 +126,7 @@ TEST_CASE("grouped: the shapes the one-launch products take", "[grouped]") {
   for (std::size_t g = 0; g < many.size(); ++g) many[g] = static_cast<index_t>(g);
   const auto fits = [&](index_t groups, const std::vector<index_t>& offsets, index_t n, index_t k, const bf16* x,
                         const float* y) {
-    return grouped_product_fits({groups, k, n, offsets.data()}, x, operand, operand, y);
+    return grouped_product_fits({groups, k, n, offsets.data()}, x, operand, operand, out, y);
   };
   CHECK(fits(8, eight, 512, 256, operand, out));
   CHECK(fits(256, many, 8, 8, operand, out));
@@ -136,7 +135,7 @@ TEST_CASE("grouped: the shapes the one-launch products take", "[grouped]") {
   CHECK_FALSE(fits(8, eight, 70, 256, operand, out));      // N not whole chunks
   CHECK_FALSE(fits(8, eight, 512, 44, operand, out));      // K not whole chunks
   CHECK_FALSE(fits(8, eight, 512, 256, operand + 1, out));  // an operand not 16-byte aligned
-  CHECK_FALSE(fits(8, eight, 512, 256, operand, out + 1));  // an output not 8-byte aligned
+  CHECK_FALSE(fits(8, eight, 512, 256, operand, out + 1));  // a second output (dW) not 8-byte aligned
 }
 
 TEST_CASE("grouped: the grid takes the groups with the most rows first", "[grouped]") {

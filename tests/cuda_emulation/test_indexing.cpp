@@ -341,7 +341,8 @@ TEST_CASE("indexing: the fused head's barrier before its in-place gradient is ne
   // reads it for the loss. On the emulator the thread that completes a barrier goes on at once and
   // round robin then runs the threads after it: block_sum's last barrier is completed by a lane of
   // warp 0 (its second shuffle tree runs after the other warps have parked there), so threads up
-  // to 255 (row 0's target column 231, row 2's 255) write their gradients before thread 0 runs.
+  // to 255 write their gradients before thread 0 runs: thread 231 owns row 0's target (column 999)
+  // and thread 255 row 2's (column 255).
   const LossCase& c = loss_cases()[1];
   REQUIRE(c.grad == LossCase::aliased);
   const unsigned barrier = device_line("indexing.cuh", "z[target] is read above before any thread overwrites it");

@@ -16,15 +16,15 @@
 /// One call covers every group: the backend schedules (group, tile) pieces together, so small
 /// groups do not run one after another, and never pads a group. Every element of Y and dX is a
 /// function of its own row of X (dY) and of W_g only, with the arithmetic of the backend's dense
-/// GEMM: a token's output does not depend on the other rows of its group (the document-masking
-/// invariant, docs/recipe.md). `offsets` is host memory on every backend: the router decides the
-/// groups on the host.
+/// GEMM (or of an opt-in path's own tiles, e.g. CUDA's one-launch products): a token's output does
+/// not depend on the other rows of its group (the document-masking invariant, docs/recipe.md).
+/// `offsets` is host memory on every backend: the router decides the groups on the host.
 ///
 /// Operand precision: the operands (X, W, dY) are of type Operand, the results (Y, dX, dW) of
 /// type T. Operand = T sums in T. Operand = bf16 with T = float is the mixed-precision product of
 /// autograd/precision.hpp (Micikevicius et al. 2018, arXiv 1710.03740): bf16 operands, every sum
-/// and every result fp32, each group's product with the arithmetic of the backend's
-/// `gemm_bf16`, as the MoE experts run under Bf16Mixed.
+/// and every result fp32, each group's product with the arithmetic of the backend's `gemm_bf16`
+/// (an opt-in path: the same exact products summed in its own order), as under Bf16Mixed.
 #pragma once
 
 #include <type_traits>

@@ -145,12 +145,13 @@ struct SoftcapCrossEntropy<Cuda> {
 };
 
 /// The MoE experts' grouped product as one cuBLAS GEMM per non-empty group, issued in order on
-/// the backend's stream (the groups' sizes are host data); run against the CPU on an H100
-/// (tests/cuda). bf16 operands (Operand = bf16, T = float) go through cuda::gemm_bf16, the dense
-/// products' cublasGemmStridedBatchedEx on the tensor cores with fp32 sums; inside a
-/// cuda::moe::OneLaunchGroupedProducts scope, each of their products is instead one launch over
-/// every group (detail/grouped_gemm.cuh: DeepGEMM's contiguous layout, mma.sync tiles) where the
-/// shapes allow.
+/// the backend's stream (the groups' sizes are host data); the fp32 path run against the CPU on an
+/// H100 (tests/cuda). bf16 operands (Operand = bf16, T = float) go through cuda::gemm_bf16, the
+/// dense products' cublasGemmStridedBatchedEx on the tensor cores with fp32 sums (not yet run on a
+/// GPU); inside a cuda::moe::OneLaunchGroupedProducts scope (off by default), each of their
+/// products is instead one launch over every group where grouped_product_fits
+/// (detail/grouped_gemm.cuh: DeepGEMM's contiguous layout, mma.sync tiles; tested on the host
+/// emulation only).
 template <>
 struct GroupedGemm<Cuda> {
   static constexpr bool available = true;

@@ -7,9 +7,9 @@
 //   dx       dX_g += dY_g W_g      a tile of 64 rows of group g x 64 columns of K, summed over N
 //   dw       dW_g += dY_g^T X_g    a tile of 64 x 64 of (N, K), summed over the rows of group g
 //
-// One block per output tile, every group's tiles in one grid: block b finds its group in the
-// host-built prefix of tiles per group (GroupTiles, passed by value: no copy to the device), so
-// a group of 3 rows costs one block, not one cuBLAS launch. Each block is 4 warps in 2 x 2, each
+// One block per output tile, every group's tiles in one grid: block b finds its slot in the
+// host-built prefix of tiles per slot, the groups in slots by rows, most first (GroupTiles, passed
+// by value: no copy to the device), so a group of 3 rows costs one block, not one cuBLAS launch. Each block is 4 warps in 2 x 2, each
 // warp 32 x 32 of the tile as 2 x 4 mma.sync m16n8k16 products (bf16 in, fp32 sums; fragment
 // layouts: ptx.cuh), over steps of 32 of the summed dimension, the next step's operand tiles
 // fetched by cp.async while this step's products run (two stages, as CUTLASS's sm80 multistage
@@ -24,9 +24,11 @@
 // second run gives the same bits; and each row of Y and dX depends only on its own row of X (dY)
 // and on W_g: the document-masking invariant holds as for the per-group products.
 //
-// Shapes taken: K and N multiples of 8 (whole 16-byte chunks), at most kMaxGroups groups,
-// operands 16-byte aligned (grouped_product_fits); GroupedGemm<Cuda> falls back to one cuBLAS
-// product per group otherwise. The results are not gemm_bf16's bits: the same exact products,
+// Shapes taken (grouped_product_fits): K and N multiples of 8 (whole 16-byte chunks), at most
+// kMaxGroups groups, 2^31 - 1 rows and 2^31 - 1 tiles per product, bf16 operands 16-byte aligned,
+// fp32 outputs 8-byte aligned; GroupedGemm<Cuda> falls back to one cuBLAS product per group
+// otherwise. This header holds the host planning (tiles, grid order, shape test) with the kernel
+// because the host emulation runs both and cannot include the launch header. The results are not gemm_bf16's bits: the same exact products,
 // summed in fp32 in the tiles' order.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
@@ -114,17 +116,26 @@ inline GroupTiles group_tiles_of(GroupedProduct product, const kernels::GroupedG
   return t;
 }
 
-// Whether the one-launch products take this shape: at most kMaxGroups groups and 2^31 - 1 rows, K
-// and N multiples of 8, the bf16 operands 16-byte aligned (cp.async's 16-byte chunks) and the fp32
-// outputs 8-byte aligned (float2 stores). Null pointers (not used) pass.
+// Whether the one-launch products take this shape: at most kMaxGroups groups, 2^31 - 1 rows and
+// 2^31 - 1 tiles per product (GroupTiles' int32), K and N multiples of 8, the bf16 operands 16-byte
+// aligned (cp.async's 16-byte chunks) and the fp32 outputs 8-byte aligned (float2 stores). Null
+// pointers (not used) pass. So group_tiles_of never throws on a shape this accepts.
 inline bool grouped_product_fits(const kernels::GroupedGemmParams& p, const bf16* x, const bf16* w, const bf16* dy,
                                  const float* out, const float* other_out = nullptr) {
   const auto aligned = [](const void* pointer, std::uintptr_t bytes) {
     return reinterpret_cast<std::uintptr_t>(pointer) % bytes == 0;
   };
-  return p.groups <= kMaxGroups && p.rows() <= std::numeric_limits<std::int32_t>::max() && p.n % 8 == 0 &&
-         p.k % 8 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(dy, 16) && aligned(out, 8) &&
-         aligned(other_out, 8);
+  constexpr index_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
+  if (p.groups > kMaxGroups || p.rows() > kMaxInt32 || p.n % 8 != 0 || p.k % 8 != 0 || !aligned(x, 16) ||
+      !aligned(w, 16) || !aligned(dy, 16) || !aligned(out, 8) || !aligned(other_out, 8))
+    return false;
+  const GroupedProduct products[] = {GroupedProduct::forward, GroupedProduct::dx, GroupedProduct::dw};
+  for (const GroupedProduct product : products) {
+    index_t tiles = 0;
+    for (index_t g = 0; g < p.groups; ++g) tiles += group_tiles(product, p.offsets[g + 1] - p.offsets[g], p.n, p.k);
+    if (tiles > kMaxInt32) return false;
+  }
+  return true;
 }
 
 // One operand's slice for a step into shared memory: the 64 outer indices (rows of the output

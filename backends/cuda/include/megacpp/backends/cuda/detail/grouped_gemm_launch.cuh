@@ -17,7 +17,7 @@ namespace megacpp::cuda::moe {
 /// one launch over every group (detail/grouped_gemm.cuh) where grouped_product_fits, instead of
 /// one cuBLAS product per group. Off unless asked for: whether the hand-written tensor-core tiles
 /// beat cuBLAS's per-group launches depends on the group sizes, and is measured by
-/// bench_moe_cuda (`cuda_one_launch_vs_per_group_bf16`) on a GPU.
+/// bench_moe_cuda (`cuda_one_launch_vs_per_group_bf16` on 8 experts, `..._E64` on 64) on a GPU.
 using OneLaunchGroupedProducts = ThreadOption<struct OneLaunchGroupedProductsTag>;
 
 template <GroupedProduct kProduct>

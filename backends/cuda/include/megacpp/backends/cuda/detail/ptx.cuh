@@ -1,5 +1,5 @@
-// CUDA backend: the PTX instructions the bf16 attention is written in, one inline-PTX wrapper
-// each (PTX ISA 8.x, sm_80 and newer):
+// CUDA backend: the PTX instructions the bf16 attention and the one-launch grouped products are
+// written in, one inline-PTX wrapper each (PTX ISA 8.x, sm_80 and newer):
 //
 //   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32   D (16 x 8, fp32) += A (16 x 16) B (16 x 8)
 //   ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16      four 8 x 8 bf16 matrices, shared -> registers

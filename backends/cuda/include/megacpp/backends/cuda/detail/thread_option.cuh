@@ -1,5 +1,6 @@
-// CUDA backend: an opt-in precision option of one host thread (TF32 GEMMs, bf16 attention), set
-// for a scope and restored after it, as PyTorch's allow_tf32 switches are set around code.
+// CUDA backend: an opt-in option of one host thread (TF32 GEMMs, bf16 attention, the one-launch
+// grouped products), set for a scope and restored after it, as PyTorch's allow_tf32 switches are
+// set around code.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
