@@ -4,8 +4,9 @@
 // that are empty, of one row, of several row tiles and of a whole tile; K and N that leave partial
 // steps and partial column tiles; gradients added into non-zero values, each alone. Both sum exact
 // bf16 products in fp32, in different orders. Also: the tiles each product launches, the grid's
-// order (the groups with the most rows first), which shapes the one-launch products take, the document-masking invariant (a row of X changes only its own row
-// of Y and its own group's dW, bitwise), and the same bits under the reversed and greedy schedules.
+// order (the groups with the most rows first), which shapes the one-launch products take, the
+// document-masking invariant (a row of X changes only its own row of Y and its own group's dW,
+// bitwise), and the same bits under the reversed and greedy schedules.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -9,16 +9,17 @@
 //
 // One block per output tile, every group's tiles in one grid: block b finds its slot in the
 // host-built prefix of tiles per slot, the groups in slots by rows, most first (GroupTiles, passed
-// by value: no copy to the device), so a group of 3 rows costs one block, not one cuBLAS launch. Each block is 4 warps in 2 x 2, each
-// warp 32 x 32 of the tile as 2 x 4 mma.sync m16n8k16 products (bf16 in, fp32 sums; fragment
-// layouts: ptx.cuh), over steps of 32 of the summed dimension, the next step's operand tiles
-// fetched by cp.async while this step's products run (two stages, as CUTLASS's sm80 multistage
-// mainloop with two stages). An operand tile is stored in shared memory as it lies in memory,
-// 8-element (16-byte) chunks copied whole: rows where the summed dimension is contiguous (X and
-// W in the forward, dY in dx), and ldmatrix reads their fragments directly; rows of the summed
-// dimension otherwise (W in dx, dY and X in dw), and ldmatrix.trans reads them transposed. So
-// no operand is ever transposed in memory. Rows past a group's end and columns past N or K are
-// zeros in shared memory, never read from global memory, and never stored.
+// by value: no copy to the device), so a group of 3 rows costs one block, not one cuBLAS launch.
+// Each block is 4 warps in 2 x 2, each warp 32 x 32 of the tile as 2 x 4 mma.sync m16n8k16
+// products (bf16 in, fp32 sums; fragment layouts: ptx.cuh), over steps of 32 of the summed
+// dimension, the next step's operand tiles fetched by cp.async while this step's products run
+// (two stages, as NVIDIA/cutlass's sm80 multistage mainloop, MmaMultistage, with two stages).
+// An operand tile is stored in shared memory as it lies in memory, 8-element (16-byte) chunks
+// copied whole: rows where the summed dimension is contiguous (X and W in the forward, dY in dx),
+// and ldmatrix reads their fragments directly; rows of the summed dimension otherwise (W in dx,
+// dY and X in dw), and ldmatrix.trans reads them transposed. So no operand is ever transposed in
+// memory. Rows past a group's end and columns past N or K are zeros in shared memory, never read
+// from global memory, and never stored.
 //
 // Every output element is a fixed-order sum (steps of 32, within a step the mma's 16 + 16), so a
 // second run gives the same bits; and each row of Y and dX depends only on its own row of X (dY)
@@ -27,9 +28,9 @@
 // Shapes taken (grouped_product_fits): K and N multiples of 8 (whole 16-byte chunks), at most
 // kMaxGroups groups, 2^31 - 1 rows and 2^31 - 1 tiles per product, bf16 operands 16-byte aligned,
 // fp32 outputs 8-byte aligned; GroupedGemm<Cuda> falls back to one cuBLAS product per group
-// otherwise. This header holds the host planning (tiles, grid order, shape test) with the kernel
-// because the host emulation runs both and cannot include the launch header. The results are not gemm_bf16's bits: the same exact products,
-// summed in fp32 in the tiles' order.
+// otherwise. The results are not gemm_bf16's bits: the same exact products, summed in fp32 in the
+// tiles' order. This header holds the host planning (tiles, grid order, shape test) with the
+// kernel because the host emulation runs both and cannot include the launch header.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
@@ -66,7 +67,7 @@ enum class GroupedProduct { forward, dx, dw };
 // longest first and the small groups fill the tail. The order changes no result: every tile is
 // computed alone. Slot s holds group order[s] and owns blocks [first_tile[s], first_tile[s + 1]);
 // group g owns rows [offsets[g], offsets[g + 1]). int32: grouped_product_fits bounds the rows and
-// group_tiles_of the blocks.
+// the blocks (and group_tiles_of checks the blocks again).
 struct GroupTiles {
   std::int32_t groups = 0;
   std::int32_t order[kMaxGroups] = {};
