@@ -4,7 +4,7 @@
 // MIMO, B and C in groups of heads (Mamba-2's step), every pair rotated or some, more columns than
 // a block has threads, rows reset at their document starts. M2RNN's (M2RNNStep<Cuda>,
 // detail/m2rnn_step.cuh): y and the state bitwise M2RNNStep<Cpu>'s, likewise, and the same bits
-// under a reversed schedule of the block's threads. The attention (DecodeAttention<Cuda>,
+// under the reversed and greedy schedules of the block's threads. The attention (DecodeAttention<Cuda>,
 // detail/attention_decode.cuh), against DecodeAttention<Cpu>, in float and double: rows of
 // documents decoded token by token (GQA, softcap, a ring buffer of window slots, a window inside a
 // larger cache), a full cache of more keys than a block has threads, head_dim wider than a block,
@@ -24,7 +24,7 @@
 
 #include "decode_emulated.hpp"
 #include "host_arrays.hpp"
-#include "emulator/options.hpp"
+#include "schedules.hpp"
 
 #include "megacpp/backends/cpu/kernels.hpp"
 #include "megacpp/core/random.hpp"
@@ -205,13 +205,9 @@ TEST_CASE("decode attention: a full cache of 300 visible keys in 320 slots, at p
   CHECK(same_bits(v_gpu, v_cpu));
 }
 
-TEST_CASE("decode attention: the CUDA kernel gives the same bits run to run and under another schedule", "[decode]") {
+TEST_CASE("decode attention: the CUDA kernel gives the same bits run to run and under reversed and greedy schedules", "[decode]") {
   const Case& c = cases()[1];
-  const std::vector<float> first = decode<float>(c, Kernel::emulated);
-  Options reversed = options();
-  reversed.reverse_schedule = true;
-  const OptionsScope scope(reversed);
-  CHECK(same_bits(decode<float>(c, Kernel::emulated), first));
+  check_same_bits_under_schedules([&] { return std::vector<std::vector<float>>{decode<float>(c, Kernel::emulated)}; });
 }
 
 TEST_CASE("decode attention: another row's tokens never reach a row's outputs (bitwise)", "[decode]") {
@@ -376,15 +372,12 @@ TEST_CASE("M2RNN decode step: CUDA kernel on the emulator is bitwise the CPU ker
   check_m2rnn_bitwise<double>();
 }
 
-TEST_CASE("M2RNN decode step: the same bits under a reversed schedule", "[decode]") {
+TEST_CASE("M2RNN decode step: the same bits run to run and under reversed and greedy schedules", "[decode]") {
   const M2RNNCase& c = m2rnn_cases().front();
-  const auto want = run_m2rnn<float>(c, Kernel::emulated);
-  Options reversed = options();
-  reversed.reverse_schedule = true;
-  const OptionsScope scope(reversed);
-  const auto got = run_m2rnn<float>(c, Kernel::emulated);
-  CHECK(same_bits(got.first, want.first));
-  CHECK(same_bits(got.second, want.second));
+  check_same_bits_under_schedules([&] {
+    const auto [state, out] = run_m2rnn<float>(c, Kernel::emulated);
+    return std::vector<std::vector<float>>{state, out};
+  });
 }
 
 }  // namespace megacpp::cuda_emulation

@@ -6,7 +6,8 @@
 // NaN and beta 1; AdamW's in-place step; expand, strided copies and transposes; conversions to and
 // from bf16 (vectors of 4 or single elements); fills (zero bytes, -0, values, unaligned). The maps
 // and AdamW within rounding of the CPU (GCC may fuse multiply-adds differently in the two), the
-// rest bit for bit; the index range check's extremes; and the same bits under the reversed schedule.
+// rest bit for bit; the index range check's extremes; and the same bits under the reversed and
+// greedy schedules.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "elementwise_emulated.hpp"
 #include "emulator/options.hpp"
 #include "host_arrays.hpp"
+#include "schedules.hpp"
 
 #include "megacpp/backends/cpu.hpp"
 
@@ -209,21 +211,16 @@ TEST_CASE("elementwise: the index range check (minmax_index) matches the CPU's, 
 }
 
 template <class T>
-void check_reversed_schedule() {
+void check_schedules() {
   for (const ElementwiseCase<T>& c : elementwise_cases<T>()) {
     INFO(c.name);
-    const Outputs<T> want = c.emulated();
-    Options reversed = options();
-    reversed.reverse_schedule = true;
-    const OptionsScope scope(reversed);
-    const Outputs<T> got = c.emulated();
-    for (std::size_t i = 0; i < got.size(); ++i) CHECK(same_bits(got[i], want[i]));
+    check_same_bits_under_schedules(c.emulated);
   }
 }
 
-TEST_CASE("elementwise: the same bits under the reversed schedule, float and double", "[elementwise]") {
-  check_reversed_schedule<float>();
-  check_reversed_schedule<double>();
+TEST_CASE("elementwise: the same bits run to run and under reversed and greedy schedules, float and double", "[elementwise]") {
+  check_schedules<float>();
+  check_schedules<double>();
 }
 
 }  // namespace megacpp::cuda_emulation
