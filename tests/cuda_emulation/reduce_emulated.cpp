@@ -4,9 +4,6 @@
 // uninitialized).
 #include "reduce_emulated.hpp"
 
-#include <vector>
-
-#include "host_arrays.hpp"
 #include "reduce_pass_emulated.hpp"
 
 namespace megacpp::cuda_emulation {
@@ -16,14 +13,9 @@ template <class T, class F, class... Ins>
 void emulated_reduce(index_t outer, index_t n, index_t inner, F f, T scale, T beta, T* out, Ins... ins) {
   if (outer == 0 || inner == 0) return;
   const cuda::ReduceSplit split = cuda::reduce_split_for(outer, n, inner);
-  if (split.count == 1) {
-    emulated_reduce_pass<T>(outer, n, inner, split, f, scale, beta, out, nullptr, ins...);
-    return;
-  }
-  std::vector<double> partials = uninitialized_device<double>(outer * split.count * inner);
-  emulated_reduce_pass<T>(outer, n, inner, split, f, scale, beta, out, partials.data(), ins...);
-  emulated_reduce_pass<T>(outer, split.count, inner, cuda::ReduceSplit{split.count, 1}, fn::Identity{}, scale, beta, out,
-                          nullptr, In<double>{partials.data()});
+  emulated_reduce_in_passes<T>(outer, inner, split, scale, beta, out, [&](double* partials) {
+    emulated_reduce_pass<T>(outer, n, inner, split, f, scale, beta, out, partials, ins...);
+  });
 }
 
 index_t reduce_chunks(index_t outer, index_t n, index_t inner) { return cuda::reduce_split_for(outer, n, inner).count; }

@@ -4,14 +4,9 @@
 // them uninitialized).
 #include "rows_emulated.hpp"
 
-#include <vector>
-
 #include "emulator/launch.hpp"
-#include "host_arrays.hpp"
 #include "launch_configs.hpp"
 #include "reduce_pass_emulated.hpp"
-
-#include "megacpp/core/functors.hpp"
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as megacpp/backends/cuda.cuh does around its detail headers
 #include "megacpp/backends/cuda/detail/rows.cuh"
@@ -78,16 +73,10 @@ void emulated_rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* 
     const index_t col_blocks = cuda::reduce_col_blocks(cols);
     const cuda::ReduceSplit split = cuda::reduce_split(col_blocks, rows, cuda::kMinStridedChunk);
     const dim3 block(cuda::kReduceCols, cuda::kReduceStripes);
-    if (split.count == 1) {
-      launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(col_blocks)), block, 0}, cols, split, x,
-             rstd, gy, ggain, nullptr);
-      return;
-    }
-    std::vector<double> partials = uninitialized_device<double>(split.count * cols);
-    launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(split.count * col_blocks)), block, 0}, cols,
-           split, x, rstd, gy, ggain, partials.data());
-    emulated_reduce_pass<T>(1, split.count, cols, cuda::ReduceSplit{split.count, 1}, fn::Identity{}, T(1), T(1), ggain,
-                            nullptr, In<double>{partials.data()});
+    emulated_reduce_in_passes<T>(1, cols, split, T(1), T(1), ggain, [&](double* partials) {
+      launch(cuda::rmsnorm_backward_gain_kernel<T>, {dim3(cuda::grid_per_item(split.count * col_blocks)), block, 0}, cols,
+             split, x, rstd, gy, ggain, partials);
+    });
   }
 }
 

@@ -43,12 +43,6 @@ const std::vector<GroupedCase>& grouped_cases() {
   return all;
 }
 
-std::vector<bf16> bf16_uniform(std::size_t n, Rng& rng) {
-  std::vector<bf16> out(n);
-  for (bf16& v : out) v = bf16(static_cast<float>(rng.uniform(-1.0, 1.0)));
-  return out;
-}
-
 struct GroupedRun {
   std::vector<float> y, dx, dw;
   std::vector<std::vector<float>> outputs() const { return {y, dx, dw}; }
@@ -60,9 +54,9 @@ struct Operands {
     Rng rng(61);
     const auto rows = static_cast<std::size_t>(c.offsets.back()), groups = c.offsets.size() - 1;
     const auto k = static_cast<std::size_t>(c.k), n = static_cast<std::size_t>(c.n);
-    x = bf16_uniform(rows * k, rng);
-    w = bf16_uniform(groups * n * k, rng);
-    dy = bf16_uniform(rows * n, rng);
+    x = uniform<bf16>(rows * k, rng);
+    w = uniform<bf16>(groups * n * k, rng);
+    dy = uniform<bf16>(rows * n, rng);
   }
 };
 

@@ -30,18 +30,31 @@ void launch_reduce_pass(index_t outer, index_t n, index_t inner, const ReduceSpl
   MEGACPP_CUDA_CHECK_LAUNCH(reduce_strided_kernel);
 }
 
+// A sum over `split`'s chunks of the summed axis, outputs (outer, inner): first_pass(partials)
+// launches the first pass, into out itself when the split is one chunk (partials null), else into
+// (outer, split.count, inner) double partials, which a second pass sums in chunk order into out
+// with scale and beta. Shared by the reductions and RMSNorm's gain gradient (rows_launch.cuh),
+// whose first passes differ.
+template <class T, class FirstPass>
+void reduce_in_passes(index_t outer, index_t inner, const ReduceSplit& split, T scale, T beta, T* out,
+                      FirstPass first_pass) {
+  if (split.count == 1) {
+    first_pass(static_cast<double*>(nullptr));
+    return;
+  }
+  const DeviceBuffer<double> partials(static_cast<std::size_t>(outer * split.count * inner));
+  first_pass(partials.get());
+  launch_reduce_pass<T>(outer, split.count, inner, ReduceSplit{split.count, 1}, fn::Identity{}, scale, beta, out, nullptr,
+                        In<double>{partials.get()});
+}
+
 template <class T, class F, class... Ins>
 void reduce(index_t outer, index_t n, index_t inner, F f, T scale, T beta, T* out, Ins... ins) {
   if (outer == 0 || inner == 0) return;
   const ReduceSplit split = reduce_split_for(outer, n, inner);
-  if (split.count == 1) {
-    launch_reduce_pass<T>(outer, n, inner, split, f, scale, beta, out, nullptr, ins...);
-    return;
-  }
-  const DeviceBuffer<double> partials(static_cast<std::size_t>(outer * split.count * inner));
-  launch_reduce_pass<T>(outer, n, inner, split, f, scale, beta, out, partials.get(), ins...);
-  launch_reduce_pass<T>(outer, split.count, inner, ReduceSplit{split.count, 1}, fn::Identity{}, scale, beta, out, nullptr,
-                        In<double>{partials.get()});
+  reduce_in_passes<T>(outer, inner, split, scale, beta, out, [&](double* partials) {
+    launch_reduce_pass<T>(outer, n, inner, split, f, scale, beta, out, partials, ins...);
+  });
 }
 
 }  // namespace megacpp::cuda

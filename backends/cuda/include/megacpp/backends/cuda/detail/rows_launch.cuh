@@ -4,10 +4,7 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
-#include <cstddef>
-
 #include "megacpp/backends/cuda/detail/check.cuh"
-#include "megacpp/backends/cuda/detail/memory.cuh"
 #include "megacpp/backends/cuda/detail/packet.cuh"
 #include "megacpp/backends/cuda/detail/reduce_launch.cuh"
 #include "megacpp/backends/cuda/detail/rows.cuh"
@@ -73,18 +70,11 @@ void rmsnorm_backward(index_t rows, index_t cols, const T* x, const T* gain, con
     const index_t col_blocks = reduce_col_blocks(cols);
     const ReduceSplit split = reduce_split(col_blocks, rows, kMinStridedChunk);
     const dim3 block(kReduceCols, kReduceStripes);
-    if (split.count == 1) {
-      rmsnorm_backward_gain_kernel<T><<<grid_per_item(col_blocks), block, 0, kStream>>>(cols, split, x, rstd, gy,
-                                                                                          ggain, nullptr);
+    reduce_in_passes<T>(1, cols, split, T(1), T(1), ggain, [&](double* partials) {
+      rmsnorm_backward_gain_kernel<T><<<grid_per_item(split.count * col_blocks), block, 0, kStream>>>(
+          cols, split, x, rstd, gy, ggain, partials);
       MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_gain_kernel);
-      return;
-    }
-    const DeviceBuffer<double> partials(static_cast<std::size_t>(split.count * cols));
-    rmsnorm_backward_gain_kernel<T><<<grid_per_item(split.count * col_blocks), block, 0, kStream>>>(
-        cols, split, x, rstd, gy, ggain, partials.get());
-    MEGACPP_CUDA_CHECK_LAUNCH(rmsnorm_backward_gain_kernel);
-    launch_reduce_pass<T>(1, split.count, cols, ReduceSplit{split.count, 1}, fn::Identity{}, T(1), T(1), ggain, nullptr,
-                          In<double>{partials.get()});
+    });
   }
 }
 
