@@ -56,6 +56,34 @@ TEST_CASE("linear_cross_entropy: upstream gradient scales, no_grad skips the gra
   CHECK_THROWS_WITH(linear_cross_entropy(h, w, CpuTensor<std::int32_t>::from_host({3}, {0, 9, 1})), Contains("target id 9 >= 5"));
 }
 
+TEST_CASE("linear_cross_entropy: bounded targets give the tensor path's bits; their bound and writes are checked",
+          "[nn][loss]") {
+  const std::vector<std::int32_t> ids{0, 3, 6, 2, 2, 5, 1, 0, 4, 6};
+  const auto targets = CpuTensor<std::int32_t>::from_host({2, 5}, ids);
+  const auto bounded = BoundedIds<Cpu>::from_host("test", Shape{2, 5}, ids, 7, "target");
+  const auto mask = T64::from_host({2, 5}, {1, 1, 0, 1, 1, 0, 1, 1, 1, 0});
+  auto h = random_param({2, 5, 4}, 1, 2.0), w = random_param({7, 4}, 2, 2.0);
+  auto h2 = V64::parameter(h.value().clone()), w2 = V64::parameter(w.value().clone());
+  const LinearCrossEntropyOptions opt{30.0, 3};
+  const V64 from_tensor = linear_cross_entropy(h, w, targets, mask, opt);
+  const V64 from_bounded = linear_cross_entropy(h2, w2, bounded, mask, opt);
+  CHECK(from_tensor.item() == from_bounded.item());
+  backward(from_tensor);
+  backward(scale(from_bounded, 0.75));  // an upstream gradient of 0.75: exactly 0.75 times the gradients
+  const auto gh = h.grad().to_host(), gw = w.grad().to_host(), gh2 = h2.grad().to_host(), gw2 = w2.grad().to_host();
+  for (std::size_t i = 0; i < gh.size(); ++i) REQUIRE(gh2[i] == 0.75 * gh[i]);
+  for (std::size_t i = 0; i < gw.size(); ++i) REQUIRE(gw2[i] == 0.75 * gw[i]);
+  // A bound above the vocabulary, or ids written after their check, are refused.
+  const auto loose = BoundedIds<Cpu>::from_host("test", Shape{2, 5}, ids, 8, "target");
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, loose, mask, opt), Contains("target ids bounded by 8 index 7 rows"));
+  auto reused = CpuTensor<std::int32_t>::from_host({2, 5}, ids);
+  const auto stale = BoundedIds<Cpu>::checked("test", reused, 7, "target");
+  reused.data()[1] = 9;
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, stale, mask, opt), Contains("written after their bound was checked"));
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, BoundedIds<Cpu>::from_host("test", Shape{3}, {0, 1, 2}, 7, "target")),
+                    Contains("targets (3) do not match hidden (2, 5, 4)"));
+}
+
 TEMPLATE_TEST_CASE("SoftcapCrossEntropy<Cpu> equals the separate softcap, cross-entropy and gradient kernels",
                    "[nn][loss][kernel]", float, double) {
   using T = TestType;

@@ -15,6 +15,10 @@
 // Under MatmulPrecision::bf16 (autograd/precision.hpp; float only) the three products take bf16
 // copies of h, W (rounded once per call) and of each chunk's dz, with fp32 sums; the logits, the
 // softcap, the loss and the gradients stay fp32. Extra memory then: h, W and one chunk in bf16.
+// Targets come as BoundedIds (core/bounded_ids.hpp: checked on the host before their upload, so
+// no pass over them here and, on a GPU, no read back in the middle of the step) or as a Tensor,
+// checked by one pass. On a device backend the backward reads its upstream gradient where it lies
+// (a one-element tensor in device memory), not through the host.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +26,8 @@
 #include <type_traits>
 
 #include "megacpp/autograd/function.hpp"
-#include "megacpp/autograd/ops/cross_entropy.hpp"
 #include "megacpp/autograd/precision.hpp"
+#include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/functors.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
 
@@ -35,20 +39,48 @@ struct LinearCrossEntropyOptions {
   index_t chunk_rows = 1024;  ///< rows of logits materialised at a time
 };
 
-/// Mean cross-entropy of softcap(h W^T) against targets over tokens with loss_mask != 0.
-/// h (..., d), weight (V, d) (e.g. the tied embedding), targets (...), loss_mask (...) or undefined.
+namespace detail {
+
+// Every input of the fused head but the targets' values (their range is the caller's: BoundedIds).
 template <class T, Backend B>
-Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, const Tensor<std::int32_t, B>& targets,
-                               const Tensor<T, B>& loss_mask = Tensor<T, B>(), LinearCrossEntropyOptions opt = {}) {
-  const char* op = "linear_cross_entropy";
-  check(weight.rank() == 2, op, "weight must be (vocab, d), got shape ", weight.shape());
-  const index_t vocab = weight.shape()[0], d = weight.shape()[1];
+void check_linear_cross_entropy_shapes(const char* op, const Var<T, B>& h, const Var<T, B>& weight,
+                                       const Shape& targets, const Tensor<T, B>& loss_mask,
+                                       const LinearCrossEntropyOptions& opt) {
+  check(weight.rank() == 2 && weight.shape()[0] > 0, op, "weight must be (vocab, d) with vocab > 0, got shape ",
+        weight.shape());
+  const index_t d = weight.shape()[1];
   check(h.rank() >= 1 && h.shape()[-1] == d, op, "hidden ", h.shape(), " does not match weight ", weight.shape());
   check(opt.chunk_rows > 0, op, "chunk_rows must be positive, got ", opt.chunk_rows);
   check(opt.softcap >= 0, op, "softcap must be >= 0 (0 disables), got ", opt.softcap);
+  const index_t rows = h.numel() / std::max<index_t>(d, 1);
+  check(d > 0 && rows > 0, op, "empty batch: hidden ", h.shape());
+  check(targets.numel() == rows, op, "targets ", targets, " do not match hidden ", h.shape());
+  if (loss_mask.defined())
+    check(loss_mask.numel() == rows, op, "loss_mask ", loss_mask.shape(), " does not match targets ", targets);
+}
+
+// s x with s read from backend memory when the kernel runs: the backward's upstream gradient, a
+// one-element tensor, scales the gradients without a read back (s x, as fn::Scale{s} gives).
+template <class T>
+struct ScaleByElement {
+  const T* s;  ///< the factor's one element (backend memory)
+  MEGACPP_HD T operator()(T x) const { return *s * x; }
+};
+
+}  // namespace detail
+
+/// Mean cross-entropy of softcap(h W^T) against targets over tokens with loss_mask != 0.
+/// h (..., d), weight (V, d) (e.g. the tied embedding), targets (...) bounded by at most V,
+/// loss_mask (...) or undefined.
+template <class T, Backend B>
+Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, const BoundedIds<B>& targets,
+                               const Tensor<T, B>& loss_mask = Tensor<T, B>(), LinearCrossEntropyOptions opt = {}) {
+  const char* op = "linear_cross_entropy";
+  detail::check_linear_cross_entropy_shapes(op, h, weight, targets.ids().shape(), loss_mask, opt);
+  const index_t vocab = weight.shape()[0], d = weight.shape()[1];
+  targets.check_for(op, vocab, "target");
   const index_t rows = h.numel() / d;
   const Tensor<T, B>* mask = loss_mask.defined() ? &loss_mask : nullptr;
-  detail::check_cross_entropy_inputs(op, h.shape().prefix(h.rank() - 1).concat(Shape{vocab}), targets, mask);
 
   T count = static_cast<T>(rows);
   if (mask) {
@@ -114,10 +146,25 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
   B::template reduce<T>(1, rows, 1, fn::Identity{}, T(1) / count, T(0), loss.data(), In<T>{losses.data()});
   if (!want_grad) return Var<T, B>(std::move(loss));
   return make_result(op, std::move(loss), [h, weight, dh, dw](const Tensor<T, B>& g) {
-    const double scale = static_cast<double>(g.item());
-    if (h.requires_grad()) put_gradient<T, B>(h.grad_sink(), 1, h.numel(), fn::Scale{scale}, In<T>{dh.data()});
-    if (weight.requires_grad()) put_gradient<T, B>(weight.grad_sink(), 1, weight.numel(), fn::Scale{scale}, In<T>{dw.data()});
+    const auto scale_gradients = [&](auto scale) {
+      if (h.requires_grad()) put_gradient<T, B>(h.grad_sink(), 1, h.numel(), scale, In<T>{dh.data()});
+      if (weight.requires_grad()) put_gradient<T, B>(weight.grad_sink(), 1, weight.numel(), scale, In<T>{dw.data()});
+    };
+    // The same product either way: on the host the factor is read once (a read the loop's stores
+    // could alias would be repeated per element); elsewhere it is read where it lies.
+    if constexpr (B::host_accessible) scale_gradients(fn::Scale{static_cast<double>(g.item())});
+    else scale_gradients(detail::ScaleByElement<T>{g.data()});
   }, h, weight);
+}
+
+/// The same with targets (...) from backend memory: checked against [0, V) by one pass over them
+/// (on a GPU, a read back of their range), then as above.
+template <class T, Backend B>
+Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, const Tensor<std::int32_t, B>& targets,
+                               const Tensor<T, B>& loss_mask = Tensor<T, B>(), LinearCrossEntropyOptions opt = {}) {
+  const char* op = "linear_cross_entropy";
+  detail::check_linear_cross_entropy_shapes(op, h, weight, targets.shape(), loss_mask, opt);
+  return linear_cross_entropy(h, weight, BoundedIds<B>::checked(op, targets, weight.shape()[0], "target"), loss_mask, opt);
 }
 
 }  // namespace megacpp

@@ -38,6 +38,7 @@
 #include "megacpp/autograd/ops/matmul.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/precision.hpp"
+#include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/kernels/documents.hpp"
 #include "megacpp/nn/attention/yarn.hpp"
 #include "megacpp/nn/aux_loss.hpp"
@@ -163,32 +164,52 @@ struct LM {
   }
 
   /// Final normalised hidden states h (batch, seq, d_model); the blocks' auxiliary losses go to
-  /// `aux` (dropped when there is no collector).
-  V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
+  /// `aux` (dropped when there is no collector). Ids as BoundedIds (core/bounded_ids.hpp), e.g.
+  /// `BoundedIds<B>::from_host` on the loader's host copy: checked there, so no pass over them
+  /// here and, on a GPU, no read back.
+  V hidden(const BoundedIds<B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
-    V x = embedding_forward(input_ids);
+    V x = megacpp::embedding(embedding.var, input_ids);
     forward_blocks(x, docs, aux, std::make_index_sequence<D.n_layers>{});
     return rmsnorm(x, norm_eps);
+  }
+  /// The same from ids in backend memory, checked against the vocabulary by one pass.
+  V hidden(const Tensor<std::int32_t, B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
+    return hidden(checked_tokens(input_ids), docs, aux);
   }
 
   /// The loss terms: mean next-token loss over tokens with loss_mask != 0 (fused head; logits
   /// never whole), every auxiliary loss the blocks added, the MTP loss ("mtp", weight lambda;
-  /// not computed at all when lambda is 0), and their weighted total.
-  Losses losses(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
-                const Tensor<T, B>& loss_mask, const DocumentLayout<B>& docs) const {
+  /// not computed at all when lambda is 0), and their weighted total. Ids and targets as
+  /// BoundedIds (see hidden()).
+  Losses losses(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const Tensor<T, B>& loss_mask,
+                const DocumentLayout<B>& docs) const {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
     AuxLosses<T, B> aux;
     const V h = hidden(input_ids, docs, &aux);
     V main = linear_cross_entropy(h, embedding.var, targets, loss_mask, head);
     if constexpr (has_mtp) {
       if (mtp.weight() > 0)
-        aux.add("mtp", mtp.loss(h, embedding.var, targets, loss_mask, docs, norm_eps, head), mtp.weight());
+        aux.add("mtp", mtp.loss(h, embedding.var, targets.ids(), loss_mask, docs, norm_eps, head), mtp.weight());
     }
     V total = aux.add_to(main);
     return {std::move(total), std::move(main), aux.entries()};
   }
+  /// The same from ids and targets in backend memory, each checked against the vocabulary by one
+  /// pass.
+  Losses losses(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
+                const Tensor<T, B>& loss_mask, const DocumentLayout<B>& docs) const {
+    const BoundedIds<B> ids = checked_tokens(input_ids);  // the ids first: their error before the targets'
+    const BoundedIds<B> bounded_targets = BoundedIds<B>::checked("linear_cross_entropy", targets, D.vocab, "target");
+    return losses(ids, bounded_targets, loss_mask, docs);
+  }
 
   /// The total loss of losses(): what training differentiates.
+  V loss(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const Tensor<T, B>& loss_mask,
+         const DocumentLayout<B>& docs) const {
+    return losses(input_ids, targets, loss_mask, docs).total;
+  }
+  /// The same from ids and targets in backend memory.
   V loss(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets, const Tensor<T, B>& loss_mask,
          const DocumentLayout<B>& docs) const {
     return losses(input_ids, targets, loss_mask, docs).total;
@@ -329,6 +350,10 @@ struct LM {
   }
 
   V embedding_forward(const Tensor<std::int32_t, B>& input_ids) const { return megacpp::embedding(embedding.var, input_ids); }
+  // Token ids from backend memory, checked against the vocabulary (one pass; the embedding's check).
+  static BoundedIds<B> checked_tokens(const Tensor<std::int32_t, B>& input_ids) {
+    return BoundedIds<B>::checked("embedding", input_ids, D.vocab, "token");
+  }
 
   // x through every block; layer I's auxiliary losses are named "blocks.I.<...>".
   template <std::size_t... I>

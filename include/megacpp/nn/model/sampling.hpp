@@ -120,7 +120,12 @@ std::vector<std::int32_t> generate(const Model& model, std::vector<std::int32_t>
   const std::size_t prompt_size = sequence.size();
   auto cache = model.make_cache(1, static_cast<index_t>(prompt_size) + n_new);
   std::vector<typename Model::value_type> logits;
-  for (std::int32_t token : sequence) logits = model.step_logits({token}, cache, bos_id).value().to_host();
+  // The prompt's tokens fill the caches; only the last one's logits are read back (a read waits
+  // for the device's work on a GPU backend).
+  for (std::size_t i = 0; i < prompt_size; ++i) {
+    const auto step = model.step_logits({sequence[i]}, cache, bos_id);
+    if (i + 1 == prompt_size) logits = step.value().to_host();
+  }
   for (index_t n = 0; n < n_new; ++n) {
     const std::int32_t next = sample_token(logits.data(), vocab, options, rng);
     sequence.push_back(next);
