@@ -54,9 +54,9 @@ inline double median_ms(const std::function<void()>& f, int warmups = 2, int rep
   MEGACPP_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
-    MEGACPP_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    MEGACPP_CUDA_CHECK(cudaEventRecord(start, megacpp::cuda::kStream));
     f();
-    MEGACPP_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    MEGACPP_CUDA_CHECK(cudaEventRecord(stop, megacpp::cuda::kStream));
     MEGACPP_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     MEGACPP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));

@@ -13,9 +13,14 @@
 // there: 6 x matrix parameters (the tied head counted once) per token plus 3 x the attention
 // products inside documents. MFU is against the H100 SXM's dense peak of the path: 989 TFLOP/s
 // bf16, 67 TFLOP/s fp32 (full fp32 products unless TF32 is asked for). Median of 10 steps after 3
-// warm-ups.
+// warm-ups. The ids and targets are checked on the host (BoundedIds::from_host), and the loss is
+// read after the step is queued. Each run also counts the times one step makes the host wait for
+// the GPU (Cuda::host_waits: read-backs and blocking copies), printed with the step and, for the
+// bf16 step, in the JSON line (cuda_host_waits_per_step_dense_bf16): the loss mask's count, in
+// the fused head, and the loss read.
 #include <cuda_profiler_api.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -55,6 +60,7 @@ constexpr double kBf16PeakTflops = 989.0, kFp32PeakTflops = 67.0;  // H100 SXM d
 
 struct Figures {
   double ms = 0, forward_ms = 0, optimizer_ms = 0, tokens_per_s = 0, tflops = 0, loss = 0;
+  std::uint64_t host_waits = 0;  // times one step made the host wait for the GPU (Cuda::host_waits)
 };
 
 // The step at `batch` rows of kSeq tokens. profile: MEGACPP_PROFILE_STEP=1 marks one step of this
@@ -71,19 +77,24 @@ Figures run(const char* name, index_t batch = kBatch, bool profile = false) {
     targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
   }
   const auto docs = Model::documents(ids, batch, kSeq, kBos);
-  const auto in = Tensor<std::int32_t, Cuda>::from_host({batch, kSeq}, ids);
-  const auto tg = Tensor<std::int32_t, Cuda>::from_host({batch, kSeq}, targets);
+  // Checked on the host before the upload, as a trainer's loader would: no range pass over them
+  // and no read back in the step.
+  const auto in = BoundedIds<Cuda>::from_host("train_step_cuda", Shape{batch, kSeq}, ids, kBenchDims.vocab, "token");
+  const auto tg = BoundedIds<Cuda>::from_host("train_step_cuda", Shape{batch, kSeq}, targets, kBenchDims.vocab, "target");
   const auto mask = Tensor<float, Cuda>::full({batch, kSeq}, 1.0f);
   double loss = 0;
   auto step = [&] {
     const auto l = model.loss(in, tg, mask, docs);
-    loss = l.item();
     backward(l);
     opt.step();
     opt.zero_grad();
+    loss = l.item();  // read once the whole step is queued, so the host is not made to wait inside it
   };
   Figures f;
   f.ms = bench::median_ms(step, 3, 10);
+  const std::uint64_t waits_before = Cuda::host_waits();
+  step();
+  f.host_waits = Cuda::host_waits() - waits_before;
   // MEGACPP_PROFILE_STEP=1: one more step of the profiled run inside cudaProfilerStart/Stop, for
   // `ncu --profile-from-start off --print-summary per-kernel` (kernel times of one step).
   if (profile && std::getenv("MEGACPP_PROFILE_STEP")) {
@@ -110,7 +121,8 @@ Figures run(const char* name, index_t batch = kBatch, bool profile = false) {
   f.tokens_per_s = static_cast<double>(batch * kSeq) / (f.ms * 1e-3);
   f.tflops = flops / (f.ms * 1e-3) * 1e-12;
   std::printf("%-6s step %8.2f ms (forward %.2f, AdamW %.2f, backward the rest), %10.0f tokens/s, %6.2f TFLOP/s useful, "
-              "loss %.4f\n", name, f.ms, f.forward_ms, f.optimizer_ms, f.tokens_per_s, f.tflops, f.loss);
+              "loss %.4f, %llu host waits\n", name, f.ms, f.forward_ms, f.optimizer_ms, f.tokens_per_s, f.tflops, f.loss,
+              static_cast<unsigned long long>(f.host_waits));
   return f;
 }
 // The fused attention's share of the step: its forward and backward at the model's shapes (q
@@ -176,7 +188,8 @@ int main() {
       .add("cuda_attention_ms_dense_fp32attn", attention_fp32_ms, 2)
       .add("cuda_tokens_per_s_dense_B16", bf16_large.tokens_per_s, 0)
       .add("cuda_mfu_dense_B16", mfu_bf16_large, 4)
-      .add("cuda_step_ms_dense_B16", bf16_large.ms, 2);
+      .add("cuda_step_ms_dense_B16", bf16_large.ms, 2)
+      .add("cuda_host_waits_per_step_dense_bf16", static_cast<double>(bf16.host_waits), 0);
   json.print();
   return 0;
 }

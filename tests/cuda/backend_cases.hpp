@@ -300,6 +300,33 @@ std::vector<Case<T, B>> kernel_cases() {
          return H::values({gtable});
        },
        true},
+      {"copy_from_host: 1 element to past the 63,488 bytes launches' parameters carry (3,968 per launch), and into a "
+       "buffer a kernel queued before still reads",
+       [](H& h) {
+         Outputs out;
+         const auto host_values = [](std::size_t n, int salt) {
+           std::vector<T> v(n);
+           for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(static_cast<int>((i * 7 + salt) % 97) - 48) / T(4);
+           return v;
+         };
+         const std::size_t part = 3968 / sizeof(T), limit = 16 * part;
+         for (std::size_t n : {std::size_t{1}, std::size_t{3}, part - 1, part, part + 1, 5 * part + 3, limit, limit + 1}) {
+           const std::vector<T> v = host_values(n, static_cast<int>(n));
+           out.push_back(H::doubles(Tensor<T, B>::from_host(Shape{static_cast<index_t>(n)}, v)));
+         }
+         // y = 2 x is queued before x is overwritten from the host (three launches): y must hold
+         // the old x doubled.
+         const std::size_t n = 2 * part + 1;
+         const auto count = static_cast<index_t>(n);
+         Tens x = h.uniform({count}), y = h.uniform({count});
+         B::template map<T>(1, count, fn::Scale{2.0}, y.data(), In<T>{x.data()});
+         const std::vector<T> replacement = host_values(n, 5);
+         B::template copy_from_host<T>(x.data(), replacement.data(), replacement.size());
+         out.push_back(H::doubles(y));
+         out.push_back(H::doubles(x));
+         return out;
+       },
+       true},
       {"minmax_index: 5 ids and 100000 ids",
        [](H& h) {
          const auto few = Tensor<std::int32_t, B>::from_host(Shape{5}, {5, -3, 17, 2, 9});

@@ -212,7 +212,8 @@ std::string check_model_masking(double packed_tolerance = 1e-5) {
 // decode caches generate what the full forward does; and the CPU backend, loading the same file,
 // continues the prompt the same way (greedy). The attention work list and the scan's chunk table
 // are planned and uploaded once for the batch's layout (DocumentLayout::plans): the first step
-// builds them, the 29 others none.
+// builds them, the 29 others none. The host waits for the GPU (Cuda::host_waits) the same number
+// of times in every later step, at most 3, and once per generated token.
 std::string check_tiny_model_lifecycle() {
   using Model = TinyLM<float, Cuda>;
   using Batch = testing::MaskingBatch;
@@ -224,7 +225,9 @@ std::string check_tiny_model_lifecycle() {
   const auto targets = Tensor<std::int32_t, Cuda>::from_host(Shape{Batch::batch, Batch::seq}, data.targets);
   double first = 0, last = 0;
   std::size_t plans = 0;
+  std::vector<std::uint64_t> waits;  // the host's waits for the GPU in each step (Cuda::host_waits)
   for (int step = 0; step < 30; ++step) {
+    const std::uint64_t before = Cuda::host_waits();
     const auto loss = model.loss(ids, targets, Tensor<float, Cuda>(), docs);
     last = loss.item();
     if (step == 0) first = last;
@@ -233,7 +236,18 @@ std::string check_tiny_model_lifecycle() {
     opt.step();
     opt.zero_grad();
     if (step == 0) plans = docs.plans->size();
+    waits.push_back(Cuda::host_waits() - before);
   }
+  // From the second step on (the plans are kept), the same waits every step, and at most three:
+  // the range checks of the ids and of the targets (given as tensors in device memory here), and
+  // the loss read here. The head's backward reads its upstream gradient on the device.
+  std::printf("  host waits per train step: %llu (first step %llu)\n", static_cast<unsigned long long>(waits.back()),
+              static_cast<unsigned long long>(waits.front()));
+  for (std::size_t step = 2; step < waits.size(); ++step)
+    if (waits[step] != waits[1])
+      return "step " + std::to_string(step) + " waited for the GPU " + std::to_string(waits[step]) + " times, step 1 " +
+             std::to_string(waits[1]);
+  if (waits[1] > 3) return "a train step waits for the GPU " + std::to_string(waits[1]) + " times (at most 3 expected)";
   if (plans < 2) return "the first step kept " + std::to_string(plans) + " plans with the layout (expected the attention's and the scan's)";
   if (docs.plans->size() != plans)
     return "later steps on the same layout planned again: " + std::to_string(docs.plans->size()) + " plans, " +
@@ -255,7 +269,20 @@ std::string check_tiny_model_lifecycle() {
   const std::vector<std::int32_t> prompt{1, 17, 42, 99, 7};
   Rng r1(0), r2(0);
   const SamplingOptions greedy{.temperature = 0.0};
+  const std::uint64_t before_12 = Cuda::host_waits();
   const auto cached = generate(model, prompt, 12, greedy, r1, /*bos_id=*/0);
+  const std::uint64_t waits_12 = Cuda::host_waits() - before_12;
+  Rng r3(0);
+  const std::uint64_t before_24 = Cuda::host_waits();
+  const auto longer = generate(model, prompt, 24, greedy, r3, /*bos_id=*/0);
+  const std::uint64_t waits_24 = Cuda::host_waits() - before_24;
+  // Each token waits once, for its logits: the token ids and RoPE positions go up without a wait.
+  std::printf("  host waits: %llu generating 12 tokens, %llu generating 24\n", static_cast<unsigned long long>(waits_12),
+              static_cast<unsigned long long>(waits_24));
+  if (waits_24 - waits_12 != 12)
+    return "12 more tokens waited for the GPU " + std::to_string(waits_24 - waits_12) + " times (once per token expected)";
+  if (!std::equal(cached.begin(), cached.end(), longer.begin()))
+    return "generating 24 tokens did not begin with the 12 generated alone";
   const auto full = generate_full_forward(model, prompt, 12, greedy, r2, /*bos_id=*/0);
   const auto on_cpu = cpu_generate_from_checkpoint(path, prompt, 12);
   std::filesystem::remove(path);

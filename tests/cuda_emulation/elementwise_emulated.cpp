@@ -5,6 +5,7 @@
 // by the host's memcpy and memset, which is what those calls do.
 #include "elementwise_emulated.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -15,6 +16,7 @@
 
 #define MEGACPP_CUDA_BACKEND_INTERNAL  // as megacpp/backends/cuda.cuh does around its detail headers
 #include "megacpp/backends/cuda/detail/elementwise.cuh"
+#include "megacpp/backends/cuda/detail/inline_upload.cuh"
 #undef MEGACPP_CUDA_BACKEND_INTERNAL
 
 namespace megacpp::cuda_emulation {
@@ -126,6 +128,30 @@ std::pair<std::int32_t, std::int32_t> EmulatedElementwise::minmax_index(index_t 
   return {result[0], result[1]};
 }
 
+// memory.cuh's copy_from_host: up to kInlineUploadLaunches x kInlineUploadBytes as the parameters
+// of one-block launches, one per kInlineUploadBytes; more through cudaMemcpy (here the host's memcpy).
+template <class T>
+void EmulatedElementwise::copy_from_host(T* dst, const T* src, std::size_t n) {
+  if (n == 0) return;
+  const std::size_t bytes = n * sizeof(T);
+  if (bytes <= cuda::kInlineUploadBytes * cuda::kInlineUploadLaunches) {
+    const auto* from = reinterpret_cast<const unsigned char*>(src);
+    auto* to = reinterpret_cast<unsigned char*>(dst);
+    for (std::size_t at = 0; at < bytes; at += cuda::kInlineUploadBytes) {
+      const std::size_t part = std::min(cuda::kInlineUploadBytes, bytes - at);
+      cuda::InlineUpload payload{};
+      std::memcpy(payload.bytes, from + at, part);
+      launch(cuda::store_inline_upload_kernel<unsigned char>, {dim3(1), dim3(cuda::kThreads), 0}, payload,
+             static_cast<index_t>(part), to + at);
+    }
+    return;
+  }
+  std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), bytes);
+}
+
+std::size_t EmulatedElementwise::inline_upload_bytes() { return cuda::kInlineUploadBytes; }
+std::size_t EmulatedElementwise::inline_upload_limit() { return cuda::kInlineUploadBytes * cuda::kInlineUploadLaunches; }
+
 #define MEGACPP_EMULATED_ELEMENTWISE(T)                                                                         \
   template void EmulatedElementwise::map<T, fn::Add, In<T>, In<T>>(index_t, index_t, fn::Add, T*, In<T>, In<T>); \
   template void EmulatedElementwise::map<T, fn::AccumulateOf<fn::Mul>, In<T>, In<T>, In<T>>(                    \
@@ -140,6 +166,11 @@ std::pair<std::int32_t, std::int32_t> EmulatedElementwise::minmax_index(index_t 
 MEGACPP_EMULATED_ELEMENTWISE(float)
 MEGACPP_EMULATED_ELEMENTWISE(double)
 #undef MEGACPP_EMULATED_ELEMENTWISE
+template void EmulatedElementwise::copy_from_host<float>(float*, const float*, std::size_t);
+template void EmulatedElementwise::copy_from_host<double>(double*, const double*, std::size_t);
+template void EmulatedElementwise::copy_from_host<std::int32_t>(std::int32_t*, const std::int32_t*, std::size_t);
+template void EmulatedElementwise::copy_from_host<bf16>(bf16*, const bf16*, std::size_t);
+template void EmulatedElementwise::copy_from_host<unsigned char>(unsigned char*, const unsigned char*, std::size_t);
 template void EmulatedElementwise::convert<float, bf16>(std::size_t, const float*, bf16*);
 template void EmulatedElementwise::convert<bf16, float>(std::size_t, const bf16*, float*);
 template void EmulatedElementwise::convert<float, double>(std::size_t, const float*, double*);

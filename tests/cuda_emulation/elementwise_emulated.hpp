@@ -1,7 +1,8 @@
 // tests/cuda_emulation/elementwise_emulated.hpp: the CUDA backend's elementwise launches (maps,
 // in-place updates, broadcasts, strided copies, transposes, conversions, fills:
-// detail/elementwise.cuh) run on the emulator, with host pointers as device memory. Each mirrors the
-// function of the same name in detail/elementwise_launch.cuh, launched as it launches. Instantiated
+// detail/elementwise.cuh) and its host-to-device copy (detail/memory.cuh, inline_upload.cuh) run on
+// the emulator, with host pointers as device memory. Each mirrors the function of the same name in
+// detail/elementwise_launch.cuh or memory.cuh, launched as it launches. Instantiated
 // for float and double (elementwise_emulated.cpp) with the functors test_elementwise.cpp uses.
 #pragma once
 
@@ -34,6 +35,10 @@ struct EmulatedElementwise {
   template <class T>
   static void fill(T* dst, std::size_t n, T value);
   static std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::int32_t* idx);
+  template <class T>
+  static void copy_from_host(T* dst, const T* src, std::size_t n);
+  static std::size_t inline_upload_bytes();  ///< cuda::kInlineUploadBytes: one launch's payload
+  static std::size_t inline_upload_limit();  ///< the most bytes copy_from_host sends through launches
 };
 
 }  // namespace megacpp::cuda_emulation

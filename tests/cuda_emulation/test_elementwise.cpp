@@ -6,14 +6,16 @@
 // NaN and beta 1; AdamW's in-place step; expand, strided copies and transposes; conversions to and
 // from bf16 (vectors of 4 or single elements); fills (zero bytes, -0, values, unaligned). The maps
 // and AdamW within rounding of the CPU (GCC may fuse multiply-adds differently in the two), the
-// rest bit for bit; the index range check's extremes; and the same bits under the reversed and
-// greedy schedules.
+// rest bit for bit; the index range check's extremes; host-to-device copies of up to 63,488 bytes
+// carried by launches' parameters (memory.cuh), byte-exact; and the same bits under the reversed
+// and greedy schedules.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -208,6 +210,52 @@ TEST_CASE("elementwise: the index range check (minmax_index) matches the CPU's, 
       CHECK(EmulatedElementwise::minmax_index(n, ids.data()) == Cpu::minmax_index(n, ids.data()));
     }
   }
+}
+
+// copy_from_host (memory.cuh) of n elements of T into dst + offset elements: the payload's bytes
+// land exactly and the bytes around the destination stay. Through launches of kInlineUploadBytes
+// up to the limit (the last launch partial or whole), one byte more through the copy.
+template <class T>
+void check_upload(std::size_t n, std::size_t offset) {
+  INFO(n << " elements of " << sizeof(T) << " bytes at element offset " << offset);
+  std::vector<unsigned char> source_bytes(n * sizeof(T)), device_bytes((n + offset + 3) * sizeof(T), 0xA5);
+  Rng rng(n * 7 + offset);
+  for (unsigned char& b : source_bytes) b = static_cast<unsigned char>(rng.below(256));
+  std::vector<T> source(n);
+  std::memcpy(static_cast<void*>(source.data()), source_bytes.data(), source_bytes.size());
+  const std::vector<unsigned char> untouched = device_bytes;
+  T* dst = reinterpret_cast<T*>(device_bytes.data()) + offset;
+  EmulatedElementwise::copy_from_host<T>(dst, source.data(), n);
+  const std::size_t begin = offset * sizeof(T), end = begin + n * sizeof(T);
+  CHECK(std::equal(source_bytes.begin(), source_bytes.end(), device_bytes.begin() + static_cast<std::ptrdiff_t>(begin)));
+  CHECK(std::equal(device_bytes.begin(), device_bytes.begin() + static_cast<std::ptrdiff_t>(begin), untouched.begin()));
+  CHECK(std::equal(device_bytes.begin() + static_cast<std::ptrdiff_t>(end), device_bytes.end(),
+                   untouched.begin() + static_cast<std::ptrdiff_t>(end)));
+}
+
+TEST_CASE("elementwise: host-to-device copies up to the limit travel as launches' parameters, exactly, any size",
+          "[elementwise]") {
+  const std::size_t part = EmulatedElementwise::inline_upload_bytes(), limit = EmulatedElementwise::inline_upload_limit();
+  REQUIRE(part % 16 == 0);
+  REQUIRE(limit % part == 0);
+  for (std::size_t offset : {0, 1, 3}) {
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{3}, std::size_t{255}, std::size_t{256}, std::size_t{257},
+                              part - 1, part, part + 1, 2 * part, 5 * part - 7, limit - 1, limit, limit + 1})
+      check_upload<unsigned char>(bytes, offset);
+    for (std::size_t n : {std::size_t{1}, std::size_t{2}, part / 4 - 1, part / 4, part / 4 + 1, limit / 4, limit / 4 + 1}) {
+      check_upload<float>(n, offset);
+      check_upload<std::int32_t>(n, offset);
+    }
+    for (std::size_t n : {std::size_t{1}, part / 8 + 1, limit / 8, limit / 8 + 1}) check_upload<double>(n, offset);
+    for (std::size_t n : {std::size_t{5}, part / 2 + 1, limit / 2, limit / 2 + 1}) check_upload<bf16>(n, offset);
+  }
+  check_upload<float>(0, 0);
+  check_same_bits_under_schedules([part] {
+    std::vector<float> source(3 * part / 4 + 5), dst(source.size(), -1.0f);
+    for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<float>(i) * 0.5f - 3.0f;
+    EmulatedElementwise::copy_from_host<float>(dst.data(), source.data(), source.size());
+    return std::vector<std::vector<float>>{dst};
+  });
 }
 
 template <class T>

@@ -72,7 +72,7 @@ class NcclRequest {
   ~NcclRequest() { release(); }
   /// Orders the default stream after the collective (kernels launched next see its result).
   void wait() {
-    if (event_) detail::check_cuda(cudaStreamWaitEvent(cudaStream_t{}, event_, 0), "wait");
+    if (event_) detail::check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, event_, 0), "wait");
     release();
   }
   /// True once the collective has finished on the GPU.
@@ -214,11 +214,12 @@ class NcclComm {
     check(count >= 0, "NcclComm", "count must be >= 0, got ", count);
     return static_cast<std::size_t>(count);
   }
-  // The collective starts after the work already queued on the default stream (its inputs).
+  // The collective starts after the work already queued on the default stream (its inputs): the
+  // legacy one, where the CUDA backend runs (cuda::kStream), whatever --default-stream says.
   void start() {
     cudaEvent_t ready;
     detail::check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    detail::check_cuda(cudaEventRecord(ready, cudaStream_t{}), "cudaEventRecord");
+    detail::check_cuda(cudaEventRecord(ready, cudaStreamLegacy), "cudaEventRecord");
     detail::check_cuda(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
   }
@@ -230,7 +231,7 @@ class NcclComm {
   }
   void blocking(NcclRequest r) {
     r.wait();
-    detail::check_cuda(cudaStreamSynchronize(cudaStream_t{}), "synchronize");
+    detail::check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "synchronize");
   }
 
   ncclComm_t comm_ = nullptr;

@@ -27,6 +27,7 @@ inline float __expf(float x) { return ::expf(x); }
 #define __shared__ thread_local
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 
 // The built-in variables, read from the emulated thread and block.
@@ -146,3 +147,4 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "no error (emulated)"; }
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+#define cudaStreamLegacy (reinterpret_cast<cudaStream_t>(0x1))

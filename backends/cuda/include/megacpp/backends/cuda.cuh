@@ -57,6 +57,8 @@ struct Cuda {
   // Returns the cached free device blocks to the driver (allocations reuse freed blocks: memory.cuh).
   static void empty_cache() { cuda::empty_cache(); }
   static void synchronize() { cuda::synchronize(); }
+  // How many times the backend has made the host wait for the GPU in this process (check.cuh).
+  static std::uint64_t host_waits() { return cuda::host_wait_count().load(std::memory_order_relaxed); }
 
   // --- dense algebra ---
   template <class T>

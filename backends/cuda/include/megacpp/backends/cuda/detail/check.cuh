@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "megacpp/core/config.hpp"
@@ -47,9 +49,22 @@ inline void check_cublas(cublasStatus_t status, const char* call, const char* fi
 
 namespace megacpp::cuda {
 
-// Every kernel runs on the default stream, so kernels, cuBLAS calls and copies are ordered
-// with respect to each other exactly as the CPU backend's synchronous calls are.
-inline constexpr cudaStream_t kStream = nullptr;
+// Every kernel runs on the legacy default stream, so kernels, cuBLAS calls and copies are ordered
+// with respect to each other exactly as the CPU backend's synchronous calls are. Named by its
+// handle rather than as 0: a program built with --default-stream per-thread (which makes 0 each
+// host thread's own stream) still gets the one stream the block cache's reuse relies on (memory.cuh).
+inline const cudaStream_t kStream = cudaStreamLegacy;
+
+// Every time the backend makes the host wait for the GPU (a device-to-host read, a host-to-device
+// copy too large to travel as launches' parameters, synchronize(), the index range check's and
+// the MoE routing's read-backs, cudaFree when the block cache is emptied), counted per process: the host waits a step makes are what keeps it
+// from running ahead of the GPU, and tests and benches read the count (Cuda::host_waits()) to say
+// how many there are and to keep them from creeping back.
+inline std::atomic<std::uint64_t>& host_wait_count() {
+  static std::atomic<std::uint64_t> count{0};
+  return count;
+}
+inline void note_host_wait() { host_wait_count().fetch_add(1, std::memory_order_relaxed); }
 
 inline constexpr int kThreads = 256;  // threads per block of the elementwise and row kernels
 

@@ -167,6 +167,7 @@ inline std::pair<std::int32_t, std::int32_t> minmax_index(index_t n, const std::
   MEGACPP_CUDA_CHECK(cudaMemcpyAsync(result, host, sizeof(host), cudaMemcpyHostToDevice, kStream));
   minmax_index_kernel<std::int32_t><<<grid_for(n), kThreads, 0, kStream>>>(n, idx, result);
   MEGACPP_CUDA_CHECK_LAUNCH(minmax_index_kernel);
+  note_host_wait();
   MEGACPP_CUDA_CHECK(cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
   return {host[0], host[1]};
 }

@@ -76,6 +76,7 @@ kernels::RoutingFault route_experts(const kernels::ExpertRoutingParams& p, const
   MEGACPP_CUDA_CHECK(cudaMemcpyAsync(a.offsets, offsets.get(), static_cast<std::size_t>(E + 1) * sizeof(index_t),
                                      cudaMemcpyDeviceToHost, kStream));
   MEGACPP_CUDA_CHECK(cudaMemcpyAsync(&fault, first_fault.get(), sizeof fault, cudaMemcpyDeviceToHost, kStream));
+  note_host_wait();
   MEGACPP_CUDA_CHECK(cudaStreamSynchronize(kStream));
   if (fault == kNoFault) return {};
   const auto flat = static_cast<index_t>(fault);

@@ -5,8 +5,10 @@
 // state, in order: the threads stage row i of H_{t-1} in shared memory, then each thread writes
 // its columns of row i of H_t (kernels::m2rnn_state_element, the CPU's arithmetic) over the old
 // row. Then each thread reads out its columns of y from the new state (kernels::m2rnn_readout):
-// the elements it wrote itself. So each output is bitwise the CPU kernel's up to the device's
-// tanh, and a row's outputs read only its own cache. Shared memory: V elements of T.
+// the elements it wrote itself. So each output takes the CPU kernel's operations in its order
+// (bitwise the CPU's on the emulator; on a GPU nvcc's default -fmad=true fuses multiply-adds and
+// the device's tanh rounds its own way, so the GPU tests compare within a tolerance), and a row's
+// outputs read only its own cache. Shared memory: V elements of T.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 

@@ -3,15 +3,20 @@
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
+#include "megacpp/backends/cuda/detail/inline_upload.cuh"
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/error.hpp"
 #include "megacpp/core/memory_counter.hpp"
@@ -30,40 +35,62 @@ inline std::size_t aligned_bytes(std::size_t bytes) { return (bytes + 255) / 256
 // Freed device blocks are kept for reuse instead of returned with cudaFree, which waits for the
 // whole device: a training step frees its temporaries throughout, and every free would stall
 // the GPU (PyTorch's CUDACachingAllocator exists for the same reason). Reuse is safe because every
-// kernel, cuBLAS call and copy runs on the one default stream: the next user of a block runs after
-// all work queued on it before. Blocks are kept per exact size class (256-byte units, 1 MiB units
-// from 1 MiB), which a training loop's recurring shapes hit step after step. The accounting
-// (memory_stats) counts live tensors, not the cache; empty_cache() returns the cache to the driver,
-// and an allocation that fails empties it and tries once more.
+// kernel, cuBLAS call and copy runs on the one legacy default stream (kStream): the next user of a
+// block runs after all work queued on it before. Blocks are kept per device and exact size class
+// (256-byte units, 1 MiB units from 1 MiB), which a training loop's recurring shapes hit step after
+// step; a block goes back to its own device's list whichever device is current when it is freed
+// (a process may drive one GPU per host thread), so it is never handed to a tensor on another GPU.
+// The accounting (memory_stats) counts live tensors, not the cache; empty_cache() returns the cache
+// to the driver, and an allocation that fails empties it and tries once more.
 class BlockCache {
  public:
   static std::size_t size_class(std::size_t bytes) {
     constexpr std::size_t kMiB = std::size_t{1} << 20;
     return bytes < kMiB ? bytes : (bytes + kMiB - 1) / kMiB * kMiB;
   }
-  void* take(std::size_t size) {
+  // A cached block of `size` bytes on `device` (recorded as live), or nullptr.
+  void* take(int device, std::size_t size) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.find(size);
+    auto it = free_.find({device, size});
     if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
+    device_of_.emplace(p, device);
     return p;
   }
+  // Records a block cudaMalloc just made on `device` as live.
+  void track(void* p, int device) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    device_of_.emplace(p, device);
+  }
+  // Caches a live block of `size` bytes under the device it was allocated on. (A block it does not
+  // know, which allocate() never hands out, goes back to the driver: a deleter cannot throw.)
   void give(void* p, std::size_t size) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    free_[size].push_back(p);
+    const auto live = device_of_.find(p);
+    if (live == device_of_.end()) {
+      note_host_wait();  // cudaFree waits for the device
+      cudaFree(p);
+      return;
+    }
+    free_[{live->second, size}].push_back(p);
+    device_of_.erase(live);
   }
   // Returns every cached block to the driver (cudaFree waits for the device once per block).
   void release() {
     const std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) MEGACPP_CUDA_CHECK(cudaFree(p));
+    for (auto& [key, blocks] : free_)
+      for (void* p : blocks) {
+        note_host_wait();
+        MEGACPP_CUDA_CHECK(cudaFree(p));
+      }
     free_.clear();
   }
 
  private:
   mutable std::mutex mutex_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::map<std::pair<int, std::size_t>, std::vector<void*>> free_;  // (device, size class) -> blocks
+  std::unordered_map<void*, int> device_of_;                          // live block -> its device
 };
 
 // One cache per process, never destroyed: blocks still cached at exit go back with the context
@@ -80,11 +107,16 @@ T* allocate(std::size_t n) {
   check(n <= (std::numeric_limits<std::size_t>::max() - (std::size_t{1} << 20)) / sizeof(T), "cuda::allocate",
         "a tensor of ", n, " elements of ", sizeof(T), " bytes does not fit in the address space");
   const std::size_t bytes = aligned_bytes(n * sizeof(T)), size = BlockCache::size_class(bytes);
-  void* p = block_cache().take(size);
-  if (!p && cudaMalloc(&p, size) != cudaSuccess) {
-    cudaGetLastError();  // the failed cudaMalloc's error must not reach the next launch check
-    block_cache().release();
-    MEGACPP_CUDA_CHECK(cudaMalloc(&p, size));
+  int device = 0;
+  MEGACPP_CUDA_CHECK(cudaGetDevice(&device));
+  void* p = block_cache().take(device, size);
+  if (!p) {
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+      cudaGetLastError();  // the failed cudaMalloc's error must not reach the next launch check
+      block_cache().release();
+      MEGACPP_CUDA_CHECK(cudaMalloc(&p, size));
+    }
+    block_cache().track(p, device);
   }
   memory_counter().allocated(bytes);
   return static_cast<T*>(p);
@@ -124,17 +156,36 @@ inline MemoryStats memory_stats() {
 }
 inline void reset_peak_memory() { memory_counter().reset_peak(); }
 
-// Pageable host -> device: cudaMemcpy returns once the host buffer has been staged, so the
-// caller may reuse it; later kernels on the default stream see the data.
+// Host -> device; the caller may reuse `src` on return and later kernels on the stream see the
+// data. Up to kInlineUploadLaunches x kInlineUploadBytes travel as kernels' parameters, a launch
+// per kInlineUploadBytes, without the stream wait a pageable cudaMemcpy makes (inline_upload.cuh);
+// larger copies are cudaMemcpy, which returns once the host buffer has been staged. `dst` must be
+// on the current device (the launches run there), as every tensor of a host thread's device is.
 template <class T>
 void copy_from_host(T* dst, const T* src, std::size_t n) {
-  if (n) MEGACPP_CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyHostToDevice));
+  if (n == 0) return;
+  const std::size_t bytes = n * sizeof(T);
+  if (bytes <= kInlineUploadBytes * kInlineUploadLaunches) {
+    const auto* from = reinterpret_cast<const unsigned char*>(src);
+    auto* to = reinterpret_cast<unsigned char*>(dst);
+    for (std::size_t at = 0; at < bytes; at += kInlineUploadBytes) {
+      const std::size_t part = std::min(kInlineUploadBytes, bytes - at);
+      InlineUpload payload{};
+      std::memcpy(payload.bytes, from + at, part);
+      store_inline_upload_kernel<unsigned char><<<1, kThreads, 0, kStream>>>(payload, static_cast<index_t>(part), to + at);
+      MEGACPP_CUDA_CHECK_LAUNCH(store_inline_upload_kernel);
+    }
+    return;
+  }
+  note_host_wait();  // a pageable cudaMemcpy first waits for the stream
+  MEGACPP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
 // Device -> host waits for every kernel queued before it (the default stream is in order) and
 // for the copy itself: the host may read `dst` on return.
 template <class T>
 void copy_to_host(T* dst, const T* src, std::size_t n) {
+  note_host_wait();
   if (n) MEGACPP_CUDA_CHECK(cudaMemcpy(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost));
   MEGACPP_CUDA_CHECK(cudaStreamSynchronize(kStream));
 }
@@ -144,7 +195,10 @@ void copy(T* dst, const T* src, std::size_t n) {
   if (n) MEGACPP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, kStream));
 }
 
-inline void synchronize() { MEGACPP_CUDA_CHECK(cudaDeviceSynchronize()); }
+inline void synchronize() {
+  note_host_wait();
+  MEGACPP_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 // True when a CUDA device can be used. Never throws: without a driver (CI machines),
 // cudaGetDeviceCount reports cudaErrorInsufficientDriver or cudaErrorNoDevice, which mean "no".

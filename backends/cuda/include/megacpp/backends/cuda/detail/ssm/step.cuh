@@ -8,8 +8,10 @@
 //   3. threads over the P columns: kernels::ssm_step_column, the contract's column of the state,
 //      of y and of v_prev, each element's operations in the CPU's order;
 //   4. once every column has read the old k_prev: k_prev <- k.
-// So each output is bitwise the CPU kernel's up to the device's tanh, cos, sin and exp, and a row's
-// outputs read only its own cache. Shared memory: (2 S + 2 R N) elements of T (step_shared_bytes).
+// So each output takes the CPU kernel's operations in its order (bitwise the CPU's on the emulator;
+// on a GPU nvcc's default -fmad=true fuses multiply-adds and the device's tanh, cos, sin and exp
+// round their own way, so the GPU tests compare within a tolerance), and a row's outputs read
+// only its own cache. Shared memory: (2 S + 2 R N) elements of T (step_shared_bytes).
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
