@@ -301,7 +301,13 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       data_parallel.set_sync(micro + 1 == p.accumulation);  // communicate on the last only
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
-      const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
+      // The ids and targets checked against the vocabulary here, on the host, before their upload:
+      // on a GPU the step then makes no range pass over them and does not wait to read one back.
+      const Shape rows{batch.batch, batch.seq};
+      const auto ids = BoundedIds<B>::from_host("megacpp-train", rows, batch.input_ids_host, Model::dims.vocab, "token");
+      const auto targets =
+          BoundedIds<B>::from_host("megacpp-train", rows, batch.target_ids_host, Model::dims.vocab, "target");
+      const auto terms = model.losses(ids, targets, batch.loss_mask, docs);
       const auto& loss = terms.total;  // what is differentiated: main + lambda * MTP
       const double value = loss.item();
       if (!std::isfinite(value))
