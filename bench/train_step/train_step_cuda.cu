@@ -13,11 +13,11 @@
 // there: 6 x matrix parameters (the tied head counted once) per token plus 3 x the attention
 // products inside documents. MFU is against the H100 SXM's dense peak of the path: 989 TFLOP/s
 // bf16, 67 TFLOP/s fp32 (full fp32 products unless TF32 is asked for). Median of 10 steps after 3
-// warm-ups. The ids and targets are checked on the host (BoundedIds::from_host), and the loss is
-// read after the step is queued. Each run also counts the times one step makes the host wait for
-// the GPU (Cuda::host_waits: read-backs and blocking copies), printed with the step and, for the
-// bf16 step, in the JSON line (cuda_host_waits_per_step_dense_bf16): the loss mask's count, in
-// the fused head, and the loss read.
+// warm-ups. The ids and targets are checked and the loss mask summed on the host (BoundedIds and
+// LossMask::from_host, as the trainer's loader does), and the loss is read after the step is
+// queued. Each run also counts the times one step makes the host wait for the GPU
+// (Cuda::host_waits: read-backs and blocking copies), printed with the step and, for the bf16
+// step, in the JSON line (cuda_host_waits_per_step_dense_bf16): 1 expected, the loss read.
 #include <cuda_profiler_api.h>
 
 #include <cstdint>
@@ -77,11 +77,11 @@ Figures run(const char* name, index_t batch = kBatch, bool profile = false) {
     targets[i] = static_cast<std::int32_t>(1 + rng.below(kBenchDims.vocab - 1));
   }
   const auto docs = Model::documents(ids, batch, kSeq, kBos);
-  // Checked on the host before the upload, as a trainer's loader would: no range pass over them
-  // and no read back in the step.
+  // Checked (and the mask summed) on the host before the upload, as the trainer's loader does: no
+  // range pass over them, no count of the mask and no read back in the step.
   const auto in = BoundedIds<Cuda>::from_host("train_step_cuda", Shape{batch, kSeq}, ids, kBenchDims.vocab, "token");
   const auto tg = BoundedIds<Cuda>::from_host("train_step_cuda", Shape{batch, kSeq}, targets, kBenchDims.vocab, "target");
-  const auto mask = Tensor<float, Cuda>::full({batch, kSeq}, 1.0f);
+  const auto mask = LossMask<float, Cuda>::from_host("train_step_cuda", Shape{batch, kSeq}, std::vector<float>(ids.size(), 1.0f));
   double loss = 0;
   auto step = [&] {
     const auto l = model.loss(in, tg, mask, docs);
@@ -92,9 +92,7 @@ Figures run(const char* name, index_t batch = kBatch, bool profile = false) {
   };
   Figures f;
   f.ms = bench::median_ms(step, 3, 10);
-  const std::uint64_t waits_before = Cuda::host_waits();
-  step();
-  f.host_waits = Cuda::host_waits() - waits_before;
+  f.host_waits = Cuda::host_waits_during(step);
   // MEGACPP_PROFILE_STEP=1: one more step of the profiled run inside cudaProfilerStart/Stop, for
   // `ncu --profile-from-start off --print-summary per-kernel` (kernel times of one step).
   if (profile && std::getenv("MEGACPP_PROFILE_STEP")) {

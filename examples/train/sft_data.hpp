@@ -48,7 +48,8 @@ class SftData {
   SftData(const std::string& tool, const SftFlags& flags, const SampleCodec& codec, const data::ShardMetadata& meta,
           const std::vector<std::filesystem::path>& train_shards, index_t micro_batch, index_t seq, std::uint64_t seed,
           int rank, int world, bool fim_mask)
-      : micro_batch_(micro_batch), seq_(seq), rank_(rank), world_(world), pad_(meta.special.eos),
+      : micro_batch_(micro_batch), seq_(seq), vocab_(static_cast<index_t>(meta.vocab_size)), rank_(rank), world_(world),
+        pad_(meta.special.eos),
         fim_share_(flags.fim_share), row_rng_(seed ^ 0x5F7A11C3ull) {
     check_flag(codec.available(), tool, "sft", flags.file,
                ": the shards' BPE tokenizer needs its tokenizer.json (--tokenizer) to encode the examples");
@@ -116,7 +117,7 @@ class SftData {
         std::copy(target.begin(), target.end(), out.target_ids_host.begin() + at);
         std::copy(mask.begin(), mask.end(), out.loss_mask_host.begin() + at);
       }
-    out.upload();
+    out.upload(vocab_);
     return out;
   }
 
@@ -193,7 +194,7 @@ class SftData {
           if (bytes_are_tokens && b.target_ids_host[i] < 256) ++bytes;
         }
       if (count == 0) continue;
-      b.upload();
+      b.upload(vocab_);
       const auto docs = Model::documents(b.input_ids_host, micro_batch_, seq_, bos);
       nats += static_cast<double>(model.loss(b.input_ids, b.target_ids, b.loss_mask, docs).item()) * count;
       tokens += count;
@@ -236,6 +237,7 @@ class SftData {
   }
 
   index_t micro_batch_, seq_;
+  index_t vocab_;  // bounds every token id
   int rank_, world_;
   std::int32_t pad_;
   double fim_share_;

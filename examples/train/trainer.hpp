@@ -278,8 +278,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     double total = 0;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       batches.push_back(next_batch());
-      counts.push_back(0);
-      for (const float m : batches.back().loss_mask_host) counts.back() += m;
+      counts.push_back(batches.back().loss_mask.sum());  // summed on the host by the upload
       total += counts.back();
     }
     // The global batch's learned targets decide whether the step updates (every rank the same).
@@ -301,13 +300,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       data_parallel.set_sync(micro + 1 == p.accumulation);  // communicate on the last only
       if (weight == 0) continue;
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
-      // The ids and targets checked against the vocabulary here, on the host, before their upload:
-      // on a GPU the step then makes no range pass over them and does not wait to read one back.
-      const Shape rows{batch.batch, batch.seq};
-      const auto ids = BoundedIds<B>::from_host("megacpp-train", rows, batch.input_ids_host, Model::dims.vocab, "token");
-      const auto targets =
-          BoundedIds<B>::from_host("megacpp-train", rows, batch.target_ids_host, Model::dims.vocab, "target");
-      const auto terms = model.losses(ids, targets, batch.loss_mask, docs);
+      // The loader checked the ids and targets against the vocabulary and summed the mask on the
+      // host before the upload (PackedBatch::upload): on a GPU the step makes no pass over them and
+      // reads nothing back until the loss.
+      const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
       const auto& loss = terms.total;  // what is differentiated: main + lambda * MTP
       const double value = loss.item();
       if (!std::isfinite(value))

@@ -9,6 +9,7 @@
 #include "megacpp/core/error.hpp"
 #include "megacpp/core/functors.hpp"
 #include "megacpp/core/kernels.hpp"
+#include "megacpp/core/loss_mask.hpp"
 #include "megacpp/core/memory_counter.hpp"
 #include "megacpp/core/random.hpp"
 #include "megacpp/core/shape.hpp"

@@ -46,6 +46,10 @@ TEST_CASE("BoundedIds: checked where ids enter, only the bound compared where th
                     Contains("token id -1 at [0]"));
   const BoundedIds<Cpu> host = BoundedIds<Cpu>::from_host("decode", Shape{1, 2}, {9, 0}, 10, "token");
   CHECK((host.ids().shape() == Shape{1, 2} && host.ids().to_host() == std::vector<std::int32_t>{9, 0}));
+  // They keep the host copy they were checked from (for host-side consumers); checked ids have none.
+  REQUIRE(host.host() != nullptr);
+  CHECK(*host.host() == std::vector<std::int32_t>{9, 0});
+  CHECK(ten.host() == nullptr);
   // A table with fewer rows than the bound is refused without reading the ids.
   CHECK_THROWS_WITH(embedding(random_param({9, 4}, 1), ten),
                     Contains("embedding: token ids bounded by 10 index 9 rows"));

@@ -74,10 +74,29 @@ TEST_CASE("loader: rows are consecutive stream windows, targets shifted by one",
   auto b0 = loader.next<float, Cpu>();
   CHECK(b0.input_ids_host == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(b0.target_ids_host == std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 7, 8});
-  CHECK(b0.input_ids.shape() == Shape{2, 4});
-  CHECK(b0.loss_mask.to_host() == std::vector<float>(8, 1.0f));
+  CHECK(b0.input_ids.ids().shape() == Shape{2, 4});
+  CHECK(b0.input_ids.ids().to_host() == b0.input_ids_host);
+  CHECK(b0.target_ids.ids().to_host() == b0.target_ids_host);
+  CHECK(b0.input_ids.bound() == 1000);
+  CHECK(b0.loss_mask.weights().to_host() == std::vector<float>(8, 1.0f));
+  CHECK(b0.loss_mask.sum() == 8.0);
   auto b1 = loader.next<float, Cpu>();
   CHECK(b1.input_ids_host[0] == 8);
+}
+
+TEST_CASE("PackedBatch::upload checks every id and mask weight on the host, naming the bad one", "[data][errors]") {
+  data::PackedBatch<float, Cpu> b;
+  b.batch = 1;
+  b.seq = 3;
+  b.input_ids_host = {0, 4, 2};
+  b.target_ids_host = {4, 2, 1};
+  b.loss_mask_host = {1, 0, 1};
+  b.upload(5);
+  CHECK(b.target_ids.bound() == 5);
+  CHECK(b.loss_mask.sum() == 2.0);
+  CHECK_THROWS_WITH(b.upload(4), Contains("PackedBatch::upload: token id 4 at [1] is outside [0, 4)"));
+  b.loss_mask_host[2] = -1;
+  CHECK_THROWS_WITH(b.upload(5), Contains("PackedBatch::upload: loss_mask weight -1 at [2] is not a finite value >= 0"));
 }
 
 TEST_CASE("loader: ranks read disjoint slices that together equal world size 1", "[data]") {

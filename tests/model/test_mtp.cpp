@@ -322,17 +322,20 @@ TEST_CASE("MTP: a negative or non-finite lambda is an error naming the value; th
   CHECK_THROWS_WITH((MtpWeightSchedule{0.3, 0.1, -5}.validate()), Contains("-5"));
 }
 
-TEST_CASE("LM: ids and targets as BoundedIds (checked on the host) give the tensor path's bits, MTP included",
-          "[model][mtp]") {
+TEST_CASE("LM: ids and targets as BoundedIds and the mask as a LossMask (all made on the host) give the tensor "
+          "path's bits, MTP included", "[model][mtp]") {
   MtpLM<float> by_tensor(11), by_bounds(11);
   std::vector<std::int32_t> ids, targets;
   packed_batch(ids, targets);
-  Batch<float> batch(ids, targets, std::vector<float>(ids.size(), 1.0f));
+  std::vector<float> mask(ids.size(), 1.0f);
+  for (std::size_t i = 0; i < mask.size(); i += 5) mask[i] = 0.0f;  // some targets not learned
+  Batch<float> batch(ids, targets, mask);
   const auto vocab = static_cast<index_t>(kMtpDims.vocab);
   const auto bounded_ids = BoundedIds<Cpu>::from_host("test", Shape{kBatch, kSeq}, ids, vocab, "token");
   const auto bounded_targets = BoundedIds<Cpu>::from_host("test", Shape{kBatch, kSeq}, targets, vocab, "target");
+  const auto summed_mask = LossMask<float, Cpu>::from_host("test", Shape{kBatch, kSeq}, mask);
   const auto a = by_tensor.losses(batch.ids, batch.targets, batch.mask, batch.docs);
-  const auto b = by_bounds.losses(bounded_ids, bounded_targets, batch.mask, batch.docs);
+  const auto b = by_bounds.losses(bounded_ids, bounded_targets, summed_mask, batch.docs);
   REQUIRE(a.aux.size() == 1);
   REQUIRE(b.aux.size() == 1);
   CHECK(a.total.item() == b.total.item());
@@ -340,6 +343,8 @@ TEST_CASE("LM: ids and targets as BoundedIds (checked on the host) give the tens
   backward(a.total);
   backward(b.total);
   CHECK(gradients(by_tensor) == gradients(by_bounds));
+  CHECK(by_tensor.loss(batch.ids, batch.targets, batch.mask, batch.docs).item() ==
+        by_bounds.loss(bounded_ids, bounded_targets, summed_mask, batch.docs).item());
   CHECK(by_tensor.loss(batch.ids, batch.targets, batch.mask, batch.docs).item() ==
         by_bounds.loss(bounded_ids, bounded_targets, batch.mask, batch.docs).item());
   // A bad id is named by the tensor path's check, before any work.

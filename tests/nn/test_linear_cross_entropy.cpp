@@ -84,6 +84,35 @@ TEST_CASE("linear_cross_entropy: bounded targets give the tensor path's bits; th
                     Contains("targets (3) do not match hidden (2, 5, 4)"));
 }
 
+TEST_CASE("linear_cross_entropy: a mask summed on the host gives the tensor mask's bits; a stale sum is refused",
+          "[nn][loss]") {
+  const std::vector<std::int32_t> ids{0, 3, 6, 2, 2, 5, 1, 0, 4, 6};
+  const std::vector<double> weights{1, 1, 0, 1, 0.5, 0, 1, 1, 1, 0};
+  const auto targets = BoundedIds<Cpu>::from_host("test", Shape{2, 5}, ids, 7, "target");
+  const auto mask = LossMask<double, Cpu>::from_host("test", Shape{2, 5}, weights);
+  auto h = random_param({2, 5, 4}, 1, 2.0), w = random_param({7, 4}, 2, 2.0);
+  auto h2 = V64::parameter(h.value().clone()), w2 = V64::parameter(w.value().clone());
+  const LinearCrossEntropyOptions opt{30.0, 3};
+  const V64 from_tensor = linear_cross_entropy(h, w, targets, T64::from_host({2, 5}, weights), opt);
+  const V64 from_host = linear_cross_entropy(h2, w2, targets, mask, opt);
+  CHECK(from_tensor.item() == from_host.item());
+  backward(from_tensor);
+  backward(from_host);
+  CHECK(h.grad().to_host() == h2.grad().to_host());
+  CHECK(w.grad().to_host() == w2.grad().to_host());
+  // No mask at all: the mean over every token, as an undefined tensor mask gives.
+  CHECK((linear_cross_entropy(h, w, targets, LossMask<double, Cpu>(), opt).item() ==
+         linear_cross_entropy(h, w, targets, T64(), opt).item()));
+  CHECK_THROWS_WITH((linear_cross_entropy(h, w, targets, LossMask<double, Cpu>::from_host("test", Shape{10}, std::vector<double>(10, 0)), opt)),
+                    Contains("linear_cross_entropy: every token is masked"));
+  CHECK_THROWS_WITH((linear_cross_entropy(h, w, targets, LossMask<double, Cpu>::from_host("test", Shape{3}, {1, 1, 1}), opt)),
+                    Contains("loss_mask (3) does not match targets (2, 5)"));
+  auto reused = T64::from_host({2, 5}, weights);
+  const auto stale = LossMask<double, Cpu>::counted(reused);
+  reused.fill(1.0);
+  CHECK_THROWS_WITH(linear_cross_entropy(h, w, targets, stale, opt), Contains("loss_mask was written after its sum was taken"));
+}
+
 TEMPLATE_TEST_CASE("SoftcapCrossEntropy<Cpu> equals the separate softcap, cross-entropy and gradient kernels",
                    "[nn][loss][kernel]", float, double) {
   using T = TestType;

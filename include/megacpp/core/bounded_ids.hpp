@@ -9,7 +9,8 @@
 /// megacpp/core/kernels/expert_routing.hpp), and a MoE layer gathers by them three times per
 /// forward. So the bound travels with the ids as a type, made in one of three ways:
 ///   - `checked`: ids from outside, in backend memory (one pass, as above);
-///   - `from_host`: ids from outside, on the host, checked there before the upload;
+///   - `from_host`: ids from outside, on the host, checked there before the upload (the host
+///     copy is kept, so a consumer that needs the ids on the host reads none back);
 ///   - `by_contract`: a kernel's outputs, in range by its contract. Never for input.
 /// The ops that take BoundedIds compare the bound, and that the ids' storage has not been written
 /// since (Tensor::write_count, a host counter): no pass over the ids, no read back.
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -43,11 +45,13 @@ class BoundedIds {
 
   /// Host ids checked on the host (naming the first one out of range and its position), then
   /// copied to the backend: no pass over backend memory and nothing read back.
-  static BoundedIds from_host(const char* op, const Shape& shape, const std::vector<std::int32_t>& ids, index_t bound,
+  static BoundedIds from_host(const char* op, const Shape& shape, std::vector<std::int32_t> ids, index_t bound,
                               const char* what) {
     for (std::size_t i = 0; i < ids.size(); ++i)
       check(ids[i] >= 0 && ids[i] < bound, op, what, " id ", ids[i], " at [", i, "] is outside [0, ", bound, ")");
-    return BoundedIds(Tensor<std::int32_t, B>::from_host(shape, ids), bound);
+    BoundedIds out(Tensor<std::int32_t, B>::from_host(shape, ids), bound);
+    out.host_ = std::make_shared<const std::vector<std::int32_t>>(std::move(ids));
+    return out;
   }
 
   /// `what`, ids a kernel wrote in [0, bound) by its contract; not checked where NDEBUG is defined.
@@ -69,6 +73,10 @@ class BoundedIds {
   index_t numel() const { return ids_.numel(); }
   /// Backend pointer to the first id, read-only.
   const std::int32_t* data() const { return ids_.data(); }
+  /// The host ids these were uploaded from (`from_host`), for a consumer that needs them on the
+  /// host (MTP's rolled targets) without a read back; null for `checked` and `by_contract` ids.
+  /// Valid while check_for passes (the backend copy not written since).
+  const std::vector<std::int32_t>* host() const { return host_.get(); }
 
   /// Throws naming `op` unless the bound is at most `rows` and the ids' storage has not been
   /// written (through any copy of the tensor) since the bound was established.
@@ -93,6 +101,7 @@ class BoundedIds {
   Tensor<std::int32_t, B> ids_;
   index_t bound_ = 0;
   std::uint64_t writes_ = 0;  // the storage's write count when the bound was established
+  std::shared_ptr<const std::vector<std::int32_t>> host_;  // from_host's ids (shared by copies)
 };
 
 }  // namespace megacpp

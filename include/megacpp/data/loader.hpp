@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "megacpp/core/bounded_ids.hpp"
+#include "megacpp/core/loss_mask.hpp"
 #include "megacpp/core/tensor.hpp"
 #include "megacpp/data/fim.hpp"
 #include "megacpp/data/shard.hpp"
@@ -30,16 +32,19 @@ struct PackedBatch {
   std::vector<std::int32_t> input_ids_host;   ///< (batch, seq), row-major: documents derive from these
   std::vector<std::int32_t> target_ids_host;  ///< (batch, seq)
   std::vector<T> loss_mask_host;              ///< (batch, seq): 1 = learn this target, 0 = do not
-  Tensor<std::int32_t, B> input_ids;   ///< (batch, seq) input_ids_host on backend B (set by upload())
-  Tensor<std::int32_t, B> target_ids;  ///< (batch, seq) target_ids_host on backend B (set by upload())
-  Tensor<T, B> loss_mask;              ///< (batch, seq) loss_mask_host on backend B (set by upload())
+  BoundedIds<B> input_ids;   ///< (batch, seq) input_ids_host on backend B, below the vocabulary (set by upload())
+  BoundedIds<B> target_ids;  ///< (batch, seq) target_ids_host on backend B, below the vocabulary (set by upload())
+  LossMask<T, B> loss_mask;  ///< (batch, seq) loss_mask_host on backend B, with its sum (set by upload())
 
-  /// Copies the host vectors to the backend (after a transform such as FIM edited them).
-  void upload() {
+  /// Copies the host vectors to the backend (after a transform such as FIM edited them), checking
+  /// every id against [0, vocab) and every mask weight (finite, >= 0) on the host first: a model
+  /// given these makes no pass over them and, on a GPU, reads nothing back to check or count them.
+  void upload(index_t vocab) {
+    const char* op = "PackedBatch::upload";
     const Shape s{batch, seq};
-    input_ids = Tensor<std::int32_t, B>::from_host(s, input_ids_host);
-    target_ids = Tensor<std::int32_t, B>::from_host(s, target_ids_host);
-    loss_mask = Tensor<T, B>::from_host(s, loss_mask_host);
+    input_ids = BoundedIds<B>::from_host(op, s, input_ids_host, vocab, "token");
+    target_ids = BoundedIds<B>::from_host(op, s, target_ids_host, vocab, "target");
+    loss_mask = LossMask<T, B>::from_host(op, s, loss_mask_host);
   }
 };
 
@@ -114,7 +119,7 @@ class ShardLoader {
   PackedBatch<T, B> next() {
     PackedBatch<T, B> out;
     next_host(out);
-    out.upload();
+    out.upload(static_cast<index_t>(vocab_));
     return out;
   }
 

@@ -124,7 +124,7 @@ class MixtureLoader {
   /// checkpoint holds one position.
   MixtureLoader(const std::map<std::string, std::vector<std::filesystem::path>>& streams, index_t batch, index_t seq,
                 std::uint32_t vocab, std::uint64_t seed, int rank = 0, int world = 1)
-      : batch_(batch), seq_(seq), rng_(seed ^ 0xD1B54A32D192ED03ull) {
+      : batch_(batch), seq_(seq), vocab_(vocab), rng_(seed ^ 0xD1B54A32D192ED03ull) {
     check(!streams.empty(), "MixtureLoader", "no streams given");
     if (streams.count("")) {
       check(streams.size() == 1, "MixtureLoader", "the unnamed stream cannot be mixed with named ones");
@@ -188,7 +188,7 @@ class MixtureLoader {
       out.target_ids_host.insert(out.target_ids_host.end(), row.target_ids_host.begin(), row.target_ids_host.end());
       out.loss_mask_host.insert(out.loss_mask_host.end(), row.loss_mask_host.begin(), row.loss_mask_host.end());
     }
-    out.upload();
+    out.upload(static_cast<index_t>(vocab_));
     return out;
   }
 
@@ -249,6 +249,7 @@ class MixtureLoader {
   }
 
   index_t batch_, seq_;
+  std::uint32_t vocab_;  // bounds every token id
   Rng rng_;
   std::unique_ptr<ShardLoader> single_;
   std::vector<std::string> names_;

@@ -17,7 +17,8 @@
 // softcap, the loss and the gradients stay fp32. Extra memory then: h, W and one chunk in bf16.
 // Targets come as BoundedIds (core/bounded_ids.hpp: checked on the host before their upload, so
 // no pass over them here and, on a GPU, no read back in the middle of the step) or as a Tensor,
-// checked by one pass. On a device backend the backward reads its upstream gradient where it lies
+// checked by one pass; the mask likewise as a LossMask with its sum (core/loss_mask.hpp) or as a
+// Tensor, summed by one pass. On a device backend the backward reads its upstream gradient where it lies
 // (a one-element tensor in device memory), not through the host.
 #pragma once
 
@@ -26,10 +27,12 @@
 #include <type_traits>
 
 #include "megacpp/autograd/function.hpp"
+#include "megacpp/autograd/ops/cross_entropy.hpp"
 #include "megacpp/autograd/precision.hpp"
 #include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/functors.hpp"
 #include "megacpp/core/kernels/cross_entropy.hpp"
+#include "megacpp/core/loss_mask.hpp"
 
 namespace megacpp {
 
@@ -41,7 +44,8 @@ struct LinearCrossEntropyOptions {
 
 namespace detail {
 
-// Every input of the fused head but the targets' values (their range is the caller's: BoundedIds).
+// Every input of the fused head but the targets' values (their range is the caller's: BoundedIds)
+// and the mask's weights (LossMask).
 template <class T, Backend B>
 void check_linear_cross_entropy_shapes(const char* op, const Var<T, B>& h, const Var<T, B>& weight,
                                        const Shape& targets, const Tensor<T, B>& loss_mask,
@@ -52,11 +56,9 @@ void check_linear_cross_entropy_shapes(const char* op, const Var<T, B>& h, const
   check(h.rank() >= 1 && h.shape()[-1] == d, op, "hidden ", h.shape(), " does not match weight ", weight.shape());
   check(opt.chunk_rows > 0, op, "chunk_rows must be positive, got ", opt.chunk_rows);
   check(opt.softcap >= 0, op, "softcap must be >= 0 (0 disables), got ", opt.softcap);
-  const index_t rows = h.numel() / std::max<index_t>(d, 1);
-  check(d > 0 && rows > 0, op, "empty batch: hidden ", h.shape());
-  check(targets.numel() == rows, op, "targets ", targets, " do not match hidden ", h.shape());
-  if (loss_mask.defined())
-    check(loss_mask.numel() == rows, op, "loss_mask ", loss_mask.shape(), " does not match targets ", targets);
+  check(d > 0, op, "empty batch: hidden shape ", h.shape());
+  check_cross_entropy_rows(op, "hidden", h.shape(), h.numel() / d, targets,
+                           loss_mask.defined() ? &loss_mask.shape() : nullptr);
 }
 
 // s x with s read from backend memory when the kernel runs: the backward's upstream gradient, a
@@ -69,27 +71,19 @@ struct ScaleByElement {
 
 }  // namespace detail
 
-/// Mean cross-entropy of softcap(h W^T) against targets over tokens with loss_mask != 0.
+/// Mean cross-entropy of softcap(h W^T) against targets over tokens weighted by loss_mask.
 /// h (..., d), weight (V, d) (e.g. the tied embedding), targets (...) bounded by at most V,
-/// loss_mask (...) or undefined.
+/// loss_mask (...) with its sum (core/loss_mask.hpp), or no mask.
 template <class T, Backend B>
 Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, const BoundedIds<B>& targets,
-                               const Tensor<T, B>& loss_mask = Tensor<T, B>(), LinearCrossEntropyOptions opt = {}) {
+                               const LossMask<T, B>& loss_mask, LinearCrossEntropyOptions opt = {}) {
   const char* op = "linear_cross_entropy";
-  detail::check_linear_cross_entropy_shapes(op, h, weight, targets.ids().shape(), loss_mask, opt);
+  detail::check_linear_cross_entropy_shapes(op, h, weight, targets.ids().shape(), loss_mask.weights(), opt);
   const index_t vocab = weight.shape()[0], d = weight.shape()[1];
   targets.check_for(op, vocab, "target");
   const index_t rows = h.numel() / d;
-  const Tensor<T, B>* mask = loss_mask.defined() ? &loss_mask : nullptr;
-
-  T count = static_cast<T>(rows);
-  if (mask) {
-    Tensor<T, B> total(Shape{});
-    B::template reduce<T>(1, rows, 1, fn::Identity{}, T(1), T(0), total.data(), In<T>{mask->data()});
-    count = total.item();
-    check(count > T(0), op, "every token is masked (loss_mask sums to ", count, " over ", rows,
-          " tokens): the mean loss is undefined");
-  }
+  const T count = loss_mask.count_for(op, rows);  // no pass over the mask, nothing read back
+  const T* mask = loss_mask.data();
 
   const bool want_grad = grad_enabled() && (h.requires_grad() || weight.requires_grad());
   const index_t chunk = std::min(opt.chunk_rows, rows);
@@ -129,7 +123,7 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
     // (the scale is formed in T, as the kernel uses it: exact through double)
     kernels::SoftcapCrossEntropy<B>::template forward<T>(
         {n, vocab, opt.softcap, static_cast<double>(T(1) / count)},
-        {logits.data(), targets.data() + r0, mask ? mask->data() + r0 : nullptr, losses.data() + r0, lse.data() + r0,
+        {logits.data(), targets.data() + r0, mask ? mask + r0 : nullptr, losses.data() + r0, lse.data() + r0,
          want_grad ? logits.data() : nullptr});
     if (!want_grad) continue;
     if (use_bf16) B::template convert<T, bf16>(static_cast<std::size_t>(n * vocab), logits.data(), dz16.data());
@@ -155,6 +149,15 @@ Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, cons
     if constexpr (B::host_accessible) scale_gradients(fn::Scale{static_cast<double>(g.item())});
     else scale_gradients(detail::ScaleByElement<T>{g.data()});
   }, h, weight);
+}
+
+/// The same with loss_mask (...) from backend memory, or undefined: summed by one reduction (on a
+/// GPU, a read back in the middle of the forward; LossMask::from_host avoids it).
+template <class T, Backend B>
+Var<T, B> linear_cross_entropy(const Var<T, B>& h, const Var<T, B>& weight, const BoundedIds<B>& targets,
+                               const Tensor<T, B>& loss_mask = Tensor<T, B>(), LinearCrossEntropyOptions opt = {}) {
+  detail::check_linear_cross_entropy_shapes("linear_cross_entropy", h, weight, targets.ids().shape(), loss_mask, opt);
+  return linear_cross_entropy(h, weight, targets, LossMask<T, B>::counted(loss_mask), opt);
 }
 
 /// The same with targets (...) from backend memory: checked against [0, V) by one pass over them

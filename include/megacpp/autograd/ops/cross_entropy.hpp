@@ -14,18 +14,27 @@
 #include "megacpp/autograd/function.hpp"
 #include "megacpp/autograd/ops/embedding.hpp"
 #include "megacpp/core/functors.hpp"
+#include "megacpp/core/loss_mask.hpp"
 
 namespace megacpp {
 
 namespace detail {
+// One target (and one loss-mask weight, when given) per row of the input named `what`, whose
+// shape is `input`: `rows` of them, at least one. Shared with the fused head
+// (nn/linear_cross_entropy.hpp), whose rows are the hidden states'.
+inline void check_cross_entropy_rows(const char* op, const char* what, const Shape& input, index_t rows,
+                                     const Shape& targets, const Shape* mask) {
+  check(rows > 0, op, "empty batch: ", what, " shape ", input);
+  check(targets.numel() == rows, op, "targets ", targets, " do not match ", what, " ", input);
+  if (mask) check(mask->numel() == rows, op, "loss_mask ", *mask, " does not match targets ", targets);
+}
+
 template <class T, Backend B>
 void check_cross_entropy_inputs(const char* op, const Shape& logits, const Tensor<std::int32_t, B>& targets,
                                 const Tensor<T, B>* mask) {
   check(logits.rank() >= 1 && logits[-1] > 0, op, "logits must be (..., vocab), got shape ", logits);
-  const index_t rows = logits.numel() / logits[-1];
-  check(targets.numel() == rows, op, "targets ", targets.shape(), " do not match logits ", logits);
-  check(rows > 0, op, "empty batch: logits shape ", logits);
-  if (mask) check(mask->numel() == rows, op, "loss_mask ", mask->shape(), " does not match targets ", targets.shape());
+  check_cross_entropy_rows(op, "logits", logits, logits.numel() / logits[-1], targets.shape(),
+                           mask ? &mask->shape() : nullptr);
   check_ids(op, targets, logits[-1], "target");
 }
 }  // namespace detail
@@ -57,14 +66,7 @@ Var<T, B> cross_entropy(const Var<T, B>& logits, const Tensor<std::int32_t, B>& 
   const Tensor<T, B>* mask = loss_mask.defined() ? &loss_mask : nullptr;
   detail::check_cross_entropy_inputs("cross_entropy", logits.shape(), targets, mask);
   const index_t vocab = logits.shape()[-1], rows = logits.numel() / vocab;
-  T count = static_cast<T>(rows);
-  if (mask) {
-    Tensor<T, B> total(Shape{});
-    B::template reduce<T>(1, rows, 1, fn::Identity{}, T(1), T(0), total.data(), In<T>{mask->data()});
-    count = total.item();
-    check(count > T(0), "cross_entropy", "every token is masked (loss_mask sums to ", count, " over ", rows,
-          " tokens): the mean loss is undefined");
-  }
+  const T count = LossMask<T, B>::counted(loss_mask).count_for("cross_entropy", rows);
   Tensor<T, B> losses(Shape{rows}), lse(Shape{rows}), loss(Shape{});
   B::template cross_entropy<T>(rows, vocab, logits.value().data(), targets.data(), mask ? mask->data() : nullptr,
                                losses.data(), lse.data());

@@ -40,6 +40,7 @@
 #include "megacpp/autograd/precision.hpp"
 #include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/loss_mask.hpp"
 #include "megacpp/nn/attention/yarn.hpp"
 #include "megacpp/nn/aux_loss.hpp"
 #include "megacpp/nn/block.hpp"
@@ -158,15 +159,15 @@ struct LM {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
     std::vector<V> outputs;
     outputs.reserve(static_cast<std::size_t>(D.n_layers) + 1);
-    outputs.push_back(embedding_forward(input_ids));
+    outputs.push_back(megacpp::embedding(embedding.var, checked_tokens(input_ids)));
     std::apply([&](const auto&... block) { ((outputs.push_back(block.forward(outputs.back(), docs))), ...); }, blocks);
     return outputs;
   }
 
   /// Final normalised hidden states h (batch, seq, d_model); the blocks' auxiliary losses go to
   /// `aux` (dropped when there is no collector). Ids as BoundedIds (core/bounded_ids.hpp), e.g.
-  /// `BoundedIds<B>::from_host` on the loader's host copy: checked there, so no pass over them
-  /// here and, on a GPU, no read back.
+  /// the loader's (data::PackedBatch::upload, `from_host`): checked on the host, so no pass over
+  /// them here and, on a GPU, no read back.
   V hidden(const BoundedIds<B>& input_ids, const DocumentLayout<B>& docs, AuxLosses<T, B>* aux = nullptr) const {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
     V x = megacpp::embedding(embedding.var, input_ids);
@@ -178,11 +179,12 @@ struct LM {
     return hidden(checked_tokens(input_ids), docs, aux);
   }
 
-  /// The loss terms: mean next-token loss over tokens with loss_mask != 0 (fused head; logits
+  /// The loss terms: mean next-token loss over tokens weighted by loss_mask (fused head; logits
   /// never whole), every auxiliary loss the blocks added, the MTP loss ("mtp", weight lambda;
   /// not computed at all when lambda is 0), and their weighted total. Ids and targets as
-  /// BoundedIds (see hidden()).
-  Losses losses(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const Tensor<T, B>& loss_mask,
+  /// BoundedIds (see hidden()), the mask as a LossMask with its sum (core/loss_mask.hpp, e.g.
+  /// `LossMask<T, B>::from_host`): on a GPU the step then reads nothing back before the loss.
+  Losses losses(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const LossMask<T, B>& loss_mask,
                 const DocumentLayout<B>& docs) const {
     const MatmulPrecisionScope precision(PrecisionT::matmul);
     AuxLosses<T, B> aux;
@@ -190,13 +192,18 @@ struct LM {
     V main = linear_cross_entropy(h, embedding.var, targets, loss_mask, head);
     if constexpr (has_mtp) {
       if (mtp.weight() > 0)
-        aux.add("mtp", mtp.loss(h, embedding.var, targets.ids(), loss_mask, docs, norm_eps, head), mtp.weight());
+        aux.add("mtp", mtp.loss(h, embedding.var, targets, loss_mask, docs, norm_eps, head), mtp.weight());
     }
     V total = aux.add_to(main);
     return {std::move(total), std::move(main), aux.entries()};
   }
-  /// The same from ids and targets in backend memory, each checked against the vocabulary by one
-  /// pass.
+  /// The same with the mask from backend memory (or undefined: every token), summed by one pass.
+  Losses losses(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const Tensor<T, B>& loss_mask,
+                const DocumentLayout<B>& docs) const {
+    return losses(input_ids, targets, LossMask<T, B>::counted(loss_mask), docs);
+  }
+  /// The same from ids, targets and mask in backend memory: the ids and the targets each checked
+  /// against the vocabulary by one pass, the mask summed by one.
   Losses losses(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets,
                 const Tensor<T, B>& loss_mask, const DocumentLayout<B>& docs) const {
     const BoundedIds<B> ids = checked_tokens(input_ids);  // the ids first: their error before the targets'
@@ -205,11 +212,16 @@ struct LM {
   }
 
   /// The total loss of losses(): what training differentiates.
+  V loss(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const LossMask<T, B>& loss_mask,
+         const DocumentLayout<B>& docs) const {
+    return losses(input_ids, targets, loss_mask, docs).total;
+  }
+  /// The same with the mask from backend memory.
   V loss(const BoundedIds<B>& input_ids, const BoundedIds<B>& targets, const Tensor<T, B>& loss_mask,
          const DocumentLayout<B>& docs) const {
     return losses(input_ids, targets, loss_mask, docs).total;
   }
-  /// The same from ids and targets in backend memory.
+  /// The same from ids, targets and mask in backend memory.
   V loss(const Tensor<std::int32_t, B>& input_ids, const Tensor<std::int32_t, B>& targets, const Tensor<T, B>& loss_mask,
          const DocumentLayout<B>& docs) const {
     return losses(input_ids, targets, loss_mask, docs).total;
@@ -349,7 +361,6 @@ struct LM {
     ((letters.find(letters[I]) == I ? (os << "; " << letters[I] << ": " << block_factory<I>::describe(), 0) : 0), ...);
   }
 
-  V embedding_forward(const Tensor<std::int32_t, B>& input_ids) const { return megacpp::embedding(embedding.var, input_ids); }
   // Token ids from backend memory, checked against the vocabulary (one pass; the embedding's check).
   static BoundedIds<B> checked_tokens(const Tensor<std::int32_t, B>& input_ids) {
     return BoundedIds<B>::checked("embedding", input_ids, D.vocab, "token");

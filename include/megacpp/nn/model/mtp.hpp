@@ -31,7 +31,9 @@
 #include "megacpp/autograd/ops/embedding.hpp"
 #include "megacpp/autograd/ops/rmsnorm.hpp"
 #include "megacpp/autograd/ops/shape.hpp"
+#include "megacpp/core/bounded_ids.hpp"
 #include "megacpp/core/kernels/documents.hpp"
+#include "megacpp/core/loss_mask.hpp"
 #include "megacpp/nn/linear.hpp"
 #include "megacpp/nn/linear_cross_entropy.hpp"
 #include "megacpp/nn/model/pattern.hpp"
@@ -103,22 +105,49 @@ struct MultiTokenPrediction {
 
   /// The mean MTP loss over the learned positions of MtpTargets (a constant 0 when none is): h
   /// (batch, seq, d) the trunk's final hidden state, `embedding` the tied (vocab, d) table.
+  /// Targets bounded by the vocabulary (core/bounded_ids.hpp): the embedding of x_{t+1} makes no
+  /// pass over them. The targets and the mask are rolled on the host: from the host copies that
+  /// BoundedIds and LossMask made by `from_host` keep (nothing read back), else read back once.
+  /// The rolled ones are checked and summed on the host before their upload (on a GPU, a copy that
+  /// waits only above 63,488 bytes: more than 15,872 tokens).
+  V loss(const V& h, const V& embedding, const BoundedIds<B>& targets, const LossMask<T, B>& loss_mask,
+         const DocumentLayout<B>& docs, double norm_eps, const LinearCrossEntropyOptions& head) const {
+    const char* op = "MultiTokenPrediction::loss";
+    check_targets_shape(op, targets.ids().shape(), docs);
+    const index_t vocab = embedding.shape()[0];
+    targets.check_for(op, vocab, "target");  // so the host copy still describes them
+    std::vector<std::int32_t> targets_read;
+    const std::vector<std::int32_t>& targets_host =
+        targets.host() ? *targets.host() : (targets_read = targets.ids().to_host());
+    std::vector<float> mask_host;
+    if (loss_mask.defined()) {
+      loss_mask.check_unwritten(op);
+      std::vector<T> mask_read;
+      const std::vector<T>& weights =
+          loss_mask.host() ? *loss_mask.host() : (mask_read = loss_mask.weights().to_host());
+      for (const T m : weights) mask_host.push_back(m != T(0) ? 1.0f : 0.0f);
+    }
+    MtpTargets rolled = mtp_targets(targets_host, mask_host, docs);
+    if (rolled.learned == 0) return V(Tensor<T, B>::zeros(Shape{}));
+    const Shape bt{docs.batch, docs.seq};
+    const V e = rmsnorm(megacpp::embedding(embedding, targets), norm_eps);  // e_t = RMSNorm(E[x_{t+1}]): (B, T, d)
+    const V u = block.forward(proj.forward(concat<T, B>({h, e}, -1)), docs);  // (B, T, d)
+    const auto rolled_targets = BoundedIds<B>::from_host(op, bt, std::move(rolled.targets), vocab, "target");
+    const auto rolled_mask = LossMask<T, B>::from_host(op, bt, std::vector<T>(rolled.mask.begin(), rolled.mask.end()));
+    return linear_cross_entropy(rmsnorm(u, norm_eps), embedding, rolled_targets, rolled_mask, head);
+  }
+
+  /// The same with targets and mask from backend memory: the targets checked against the
+  /// vocabulary by one pass, both read back once, the mask's weights checked as
+  /// LossMask::from_host does (finite, >= 0) and uploaded again.
   V loss(const V& h, const V& embedding, const Tensor<std::int32_t, B>& targets, const Tensor<T, B>& loss_mask,
          const DocumentLayout<B>& docs, double norm_eps, const LinearCrossEntropyOptions& head) const {
     const char* op = "MultiTokenPrediction::loss";
-    check(targets.rank() == 2 && targets.shape()[0] == docs.batch && targets.shape()[1] == docs.seq, op,
-          "targets ", targets.shape(), " do not match the documents' (", docs.batch, ", ", docs.seq, ")");
-    std::vector<float> mask_host;
-    if (loss_mask.defined())
-      for (const T m : loss_mask.to_host()) mask_host.push_back(m != T(0) ? 1.0f : 0.0f);
-    const MtpTargets rolled = mtp_targets(targets.to_host(), mask_host, docs);
-    if (rolled.learned == 0) return V(Tensor<T, B>::zeros(Shape{}));
-    const Shape bt{docs.batch, docs.seq};
-    std::vector<T> mask_t(rolled.mask.begin(), rolled.mask.end());
-    const V e = rmsnorm(megacpp::embedding(embedding, targets), norm_eps);  // e_t = RMSNorm(E[x_{t+1}]): (B, T, d)
-    const V u = block.forward(proj.forward(concat<T, B>({h, e}, -1)), docs);  // (B, T, d)
-    return linear_cross_entropy(rmsnorm(u, norm_eps), embedding, Tensor<std::int32_t, B>::from_host(bt, rolled.targets),
-                                Tensor<T, B>::from_host(bt, mask_t), head);
+    check_targets_shape(op, targets.shape(), docs);
+    const auto bounded = BoundedIds<B>::checked(op, targets, embedding.shape()[0], "target");
+    const auto mask = loss_mask.defined() ? LossMask<T, B>::from_host(op, loss_mask.shape(), loss_mask.to_host())
+                                          : LossMask<T, B>();
+    return loss(h, embedding, bounded, mask, docs, norm_eps, head);
   }
 
   /// Visits "proj.weight" and "block.<...>" under `prefix`.
@@ -135,6 +164,11 @@ struct MultiTokenPrediction {
   }
 
  private:
+  static void check_targets_shape(const char* op, const Shape& targets, const DocumentLayout<B>& docs) {
+    check(targets.rank() == 2 && targets[0] == docs.batch && targets[1] == docs.seq, op, "targets ", targets,
+          " do not match the documents' (", docs.batch, ", ", docs.seq, ")");
+  }
+
   double weight_ = 0.3;  // DeepSeek-V3's first lambda (section 4.2: 0.3, then 0.1)
 };
 

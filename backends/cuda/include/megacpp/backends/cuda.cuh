@@ -59,6 +59,12 @@ struct Cuda {
   static void synchronize() { cuda::synchronize(); }
   // How many times the backend has made the host wait for the GPU in this process (check.cuh).
   static std::uint64_t host_waits() { return cuda::host_wait_count().load(std::memory_order_relaxed); }
+  // The waits made while f() runs (tests and benches: how many a step or a decode makes).
+  template <class F> static std::uint64_t host_waits_during(F&& f) {
+    const std::uint64_t before = host_waits();
+    f();
+    return host_waits() - before;
+  }
 
   // --- dense algebra ---
   template <class T>
