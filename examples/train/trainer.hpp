@@ -289,6 +289,17 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     double balance_sum = 0;  // MoE balance losses (before their weight), summed over layers
     int balance_layers = 0;
     ExpertLoad expert_load;
+    // Each micro-batch's loss values (scalars in backend memory), read once every micro-batch's
+    // forward and backward is queued: on a GPU a read before the backward held its launches until
+    // the forward had run, and the parameters the divergence check lists do not change before the
+    // optimizer step.
+    struct QueuedLosses {
+      index_t micro;
+      double weight, share;
+      Tensor<float, B> total, main;
+      std::vector<std::pair<std::string, Tensor<float, B>>> aux;  // name, value
+    };
+    std::vector<QueuedLosses> queued;
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
       // Share of the global batch's learned targets x world (DataParallel divides by it): the
@@ -302,26 +313,11 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       const auto docs = Model::documents(batch.input_ids_host, p.micro_batch, p.seq_len, special.bos);
       // The loader checked the ids and targets against the vocabulary and summed the mask on the
       // host before the upload (PackedBatch::upload): on a GPU the step makes no pass over them and
-      // reads nothing back until the loss.
+      // reads nothing back until the losses below.
       const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
       const auto& loss = terms.total;  // what is differentiated: main + lambda * MTP
-      const double value = loss.item();
-      if (!std::isfinite(value))
-        return diverged(number, megacpp::detail::concat("training loss is ", std::isnan(value) ? "NaN" : "infinite",
-                                               " (micro-batch ", micro + 1, " of ", p.accumulation,
-                                               "); non-finite parameters before the step: ",
-                                               list_names(non_finite_values(params, /*gradients=*/false))));
-      loss_sum += weight * (terms.aux.empty() ? value : static_cast<double>(terms.main.item()));
-      int balance_here = 0;
-      for (const auto& aux : terms.aux)
-        if (aux.name == "mtp") {
-          mtp_sum += share * static_cast<double>(aux.loss.item());
-          mtp_computed = true;
-        } else if (aux.name.ends_with(".balance")) {
-          balance_sum += share * static_cast<double>(aux.loss.item());
-          ++balance_here;
-        }
-      balance_layers = std::max(balance_layers, balance_here);
+      QueuedLosses& q = queued.emplace_back(QueuedLosses{micro, weight, share, loss.value(), terms.main.value(), {}});
+      for (const auto& aux : terms.aux) q.aux.emplace_back(aux.name, aux.loss.value());
       expert_load.add(model);
       backward(weight != 1.0 ? scale(loss, weight) : loss);
     }
@@ -329,6 +325,25 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     // but FIM sentinels) has no gradient: the step consumes its data and updates nothing.
     // Averaged gradients (the buckets of the last backward are in flight): wait for them.
     data_parallel.finish();
+    for (const QueuedLosses& q : queued) {
+      const double value = q.total.item();
+      if (!std::isfinite(value))
+        return diverged(number, megacpp::detail::concat("training loss is ", std::isnan(value) ? "NaN" : "infinite",
+                                               " (micro-batch ", q.micro + 1, " of ", p.accumulation,
+                                               "); non-finite parameters before the step: ",
+                                               list_names(non_finite_values(params, /*gradients=*/false))));
+      loss_sum += q.weight * (q.aux.empty() ? value : static_cast<double>(q.main.item()));
+      int balance_here = 0;
+      for (const auto& [name, aux] : q.aux)
+        if (name == "mtp") {
+          mtp_sum += q.share * static_cast<double>(aux.item());
+          mtp_computed = true;
+        } else if (name.ends_with(".balance")) {
+          balance_sum += q.share * static_cast<double>(aux.item());
+          ++balance_here;
+        }
+      balance_layers = std::max(balance_layers, balance_here);
+    }
     if (!expert_load.empty()) expert_load.all_reduce(comm);  // the global batch's expert load
     optim::ClipResult clip;
     if (global_total > 0) {
