@@ -218,6 +218,8 @@ void run_model_checks(Report& report) {
   }
   report.run("tiny \"AAM\" model on the GPU: trains, checkpoints (read back bitwise, and by the CPU) and generates",
              check_tiny_model_lifecycle);
+  report.run("tiny \"AAM\" model with MTP on the GPU: host-made inputs give the device tensors' losses, one wait per step",
+             check_tiny_mtp_step);
 }
 
 // --- bf16 tensor-core attention on request --------------------------------------------------------
