@@ -18,8 +18,8 @@
 // Targets come as BoundedIds (core/bounded_ids.hpp: checked on the host before their upload, so
 // no pass over them here and, on a GPU, no read back in the middle of the step) or as a Tensor,
 // checked by one pass; the mask likewise as a LossMask with its sum (core/loss_mask.hpp) or as a
-// Tensor, summed by one pass. On a device backend the backward reads its upstream gradient where it lies
-// (a one-element tensor in device memory), not through the host.
+// Tensor, summed by one pass. On a device backend the backward reads its upstream gradient where
+// it lies (a one-element tensor in device memory), not through the host.
 #pragma once
 
 #include <algorithm>
