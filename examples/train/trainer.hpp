@@ -62,6 +62,7 @@
 #include "pass_eval_run.hpp"
 #include "run_checkpoint.hpp"
 #include "sft_data.hpp"
+#include "step_losses.hpp"
 #include "trained_model.hpp"
 
 namespace megacpp::examples {
@@ -284,22 +285,8 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     // The global batch's learned targets decide whether the step updates (every rank the same).
     double global_total = total;
     comm.template all_reduce<double, Cpu>(&global_total, 1, dist::ReduceOp::sum);
-    double loss_sum = 0, mtp_sum = 0;  // next-token and MTP losses, weighted like the micro-batches
-    bool mtp_computed = false;
-    double balance_sum = 0;  // MoE balance losses (before their weight), summed over layers
-    int balance_layers = 0;
     ExpertLoad expert_load;
-    // Each micro-batch's loss values (scalars in backend memory), read once every micro-batch's
-    // forward and backward is queued: on a GPU a read before the backward held its launches until
-    // the forward had run, and the parameters the divergence check lists do not change before the
-    // optimizer step.
-    struct QueuedLosses {
-      index_t micro;
-      double weight, share;
-      Tensor<float, B> total, main;
-      std::vector<std::pair<std::string, Tensor<float, B>>> aux;  // name, value
-    };
-    std::vector<QueuedLosses> queued;
+    StepLosses<B> step_losses;  // read once the step's forwards and backwards are all queued
     for (index_t micro = 0; micro < p.accumulation; ++micro) {
       const auto& batch = batches[static_cast<std::size_t>(micro)];
       // Share of the global batch's learned targets x world (DataParallel divides by it): the
@@ -316,8 +303,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       // reads nothing back until the losses below.
       const auto terms = model.losses(batch.input_ids, batch.target_ids, batch.loss_mask, docs);
       const auto& loss = terms.total;  // what is differentiated: main + lambda * MTP
-      QueuedLosses& q = queued.emplace_back(QueuedLosses{micro, weight, share, loss.value(), terms.main.value(), {}});
-      for (const auto& aux : terms.aux) q.aux.emplace_back(aux.name, aux.loss.value());
+      step_losses.queue(micro, weight, share, terms);
       expert_load.add(model);
       backward(weight != 1.0 ? scale(loss, weight) : loss);
     }
@@ -325,25 +311,16 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     // but FIM sentinels) has no gradient: the step consumes its data and updates nothing.
     // Averaged gradients (the buckets of the last backward are in flight): wait for them.
     data_parallel.finish();
-    for (const QueuedLosses& q : queued) {
-      const double value = q.total.item();
-      if (!std::isfinite(value))
-        return diverged(number, megacpp::detail::concat("training loss is ", std::isnan(value) ? "NaN" : "infinite",
-                                               " (micro-batch ", q.micro + 1, " of ", p.accumulation,
-                                               "); non-finite parameters before the step: ",
-                                               list_names(non_finite_values(params, /*gradients=*/false))));
-      loss_sum += q.weight * (q.aux.empty() ? value : static_cast<double>(q.main.item()));
-      int balance_here = 0;
-      for (const auto& [name, aux] : q.aux)
-        if (name == "mtp") {
-          mtp_sum += q.share * static_cast<double>(aux.item());
-          mtp_computed = true;
-        } else if (name.ends_with(".balance")) {
-          balance_sum += q.share * static_cast<double>(aux.item());
-          ++balance_here;
-        }
-      balance_layers = std::max(balance_layers, balance_here);
-    }
+    const auto losses = step_losses.read(p.accumulation);
+    // Every rank stops on any rank's non-finite loss: the averaged gradients carry it to all, and a
+    // rank whose own losses were finite would otherwise stop at the clip, blaming the gradient norm.
+    double any_bad_loss = losses.bad_loss.empty() ? 0.0 : 1.0;
+    if (world > 1) comm.template all_reduce<double, Cpu>(&any_bad_loss, 1, dist::ReduceOp::max);
+    if (any_bad_loss > 0)
+      return diverged(number, megacpp::detail::concat(losses.bad_loss.empty() ? "training loss is not finite on another rank"
+                                                                              : losses.bad_loss,
+                                                      "; non-finite parameters before the step: ",
+                                                      list_names(non_finite_values(params, /*gradients=*/false))));
     if (!expert_load.empty()) expert_load.all_reduce(comm);  // the global batch's expert load
     optim::ClipResult clip;
     if (global_total > 0) {
@@ -364,7 +341,7 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
       const auto bad = non_finite_values(params, /*gradients=*/false);
       if (!bad.empty())
         return diverged(number, megacpp::detail::concat("parameters ", list_names(bad),
-                                               " are not finite after the optimizer step (loss ", loss_sum,
+                                               " are not finite after the optimizer step (loss ", losses.loss,
                                                ", gradient norm ", clip.norm, ", lr scale ", lr_scale,
                                                "): a learning rate too large?"));
     }
@@ -372,9 +349,9 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
     state.tokens_seen += p.total_batch_size;
     const auto now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - ts).count();
-    // Each rank's loss_sum is world x its part of the global batch's mean (the weights above):
+    // Each rank's losses.loss is world x its part of the global batch's mean (the weights above):
     // the step's loss is their sum over the ranks divided by the world size.
-    double loss = loss_sum;
+    double loss = losses.loss;
     if (world > 1) {
       comm.template all_reduce<double, Cpu>(&loss, 1, dist::ReduceOp::sum);
       loss /= world;
@@ -395,10 +372,10 @@ int train(const TrainOptions& o, const ModelDefaults& d, Comm& comm) {
                              {"time", unix_seconds()}};
     if constexpr (Model::has_mtp) {
       record["mtp_weight"] = mtp_weight;
-      if (mtp_computed) record["mtp_loss"] = mtp_sum;
+      if (losses.mtp_computed) record["mtp_loss"] = losses.mtp;
     }
     if (!expert_load.empty()) {  // MoE: the balance loss (mean over layers) and the experts' shares
-      if (balance_layers > 0) record["moe_balance_loss"] = balance_sum / balance_layers;
+      if (losses.balance_layers > 0) record["moe_balance_loss"] = losses.balance / losses.balance_layers;
       const auto [lo, hi] = expert_load.min_max_fraction();
       record["expert_load_min"] = lo;
       record["expert_load_max"] = hi;

@@ -171,7 +171,7 @@ inline std::string check_tiny_mtp_step() {
     opt.zero_grad();
     last = loss.item();
   };
-  step();  // the first step on the layout plans the attention and the scan (kept with docs)
+  step();  // the first backward and optimizer step (AdamW's state) happen once, outside the count
   const std::uint64_t waits = Cuda::host_waits_during(step);
   std::printf("  host waits per train step of the MTP model given host-made inputs: %llu\n",
               static_cast<unsigned long long>(waits));
