@@ -24,6 +24,30 @@
 
 namespace megacpp::backend_test {
 
+// A batch's ids, targets and loss mask checked and summed on the host before their upload, as the
+// trainer's loader makes them (PackedBatch::upload).
+struct HostMadeInputs {
+  BoundedIds<Cuda> ids, targets;
+  LossMask<float, Cuda> mask;
+};
+inline HostMadeInputs host_made_inputs(const testing::MaskingBatch& data, index_t vocab, std::vector<float> mask) {
+  const Shape rows{testing::MaskingBatch::batch, testing::MaskingBatch::seq};
+  return {BoundedIds<Cuda>::from_host("tiny", rows, data.ids, vocab, "token"),
+          BoundedIds<Cuda>::from_host("tiny", rows, data.targets, vocab, "target"),
+          LossMask<float, Cuda>::from_host("tiny", rows, std::move(mask))};
+}
+
+// One AdamW training step; the loss is read once the whole step is queued, and returned.
+template <class Model, class Ids, class Mask>
+double train_step(const Model& model, optim::AdamW<float, Cuda>& opt, const Ids& ids, const Ids& targets,
+                  const Mask& mask, const DocumentLayout<Cuda>& docs) {
+  const auto loss = model.loss(ids, targets, mask, docs);
+  backward(loss);
+  opt.step();
+  opt.zero_grad();
+  return loss.item();
+}
+
 // The tiny "AAM" model (attention, the SSM scan and rotary, the fused head: every kernel a
 // hybrid reaches) on the GPU: 30 AdamW steps on one packed batch lower the loss; a checkpoint
 // written from the device and read back into another model gives bitwise the same weights; the
@@ -46,13 +70,7 @@ inline std::string check_tiny_model_lifecycle() {
   std::size_t plans = 0;
   std::vector<std::uint64_t> waits;  // the host's waits for the GPU in each step (Cuda::host_waits)
   for (int step = 0; step < 30; ++step) {
-    waits.push_back(Cuda::host_waits_during([&] {
-      const auto loss = model.loss(ids, targets, Tensor<float, Cuda>(), docs);
-      backward(loss);
-      opt.step();
-      opt.zero_grad();
-      last = loss.item();
-    }));
+    waits.push_back(Cuda::host_waits_during([&] { last = train_step(model, opt, ids, targets, Tensor<float, Cuda>(), docs); }));
     if (step == 0) first = last;
     if (!std::isfinite(last)) return "the loss is not finite at step " + std::to_string(step);
     if (step == 0) plans = docs.plans->size();
@@ -69,17 +87,9 @@ inline std::string check_tiny_model_lifecycle() {
   if (waits[1] > 3) return "a train step waits for the GPU " + std::to_string(waits[1]) + " times (at most 3 expected)";
   // Ids and targets checked on the host and the mask summed there, as the trainer's loader gives
   // them (PackedBatch::upload): the step's only wait is the loss read at its end.
-  const Shape rows{Batch::batch, Batch::seq};
-  const auto host_ids = BoundedIds<Cuda>::from_host("tiny", rows, data.ids, Model::dims.vocab, "token");
-  const auto host_targets = BoundedIds<Cuda>::from_host("tiny", rows, data.targets, Model::dims.vocab, "target");
-  const auto host_mask = LossMask<float, Cuda>::from_host("tiny", rows, std::vector<float>(data.ids.size(), 1.0f));
-  const std::uint64_t host_checked_waits = Cuda::host_waits_during([&] {
-    const auto loss = model.loss(host_ids, host_targets, host_mask, docs);
-    backward(loss);
-    opt.step();
-    opt.zero_grad();
-    last = loss.item();
-  });
+  const HostMadeInputs in = host_made_inputs(data, Model::dims.vocab, std::vector<float>(data.ids.size(), 1.0f));
+  const std::uint64_t host_checked_waits =
+      Cuda::host_waits_during([&] { last = train_step(model, opt, in.ids, in.targets, in.mask, docs); });
   std::printf("  host waits per train step given host-checked ids, targets and mask: %llu\n",
               static_cast<unsigned long long>(host_checked_waits));
   if (host_checked_waits != 1)
@@ -147,12 +157,10 @@ inline std::string check_tiny_mtp_step() {
   const Shape rows{Batch::batch, Batch::seq};
   std::vector<float> mask(data.ids.size(), 1.0f);
   for (std::size_t i = 0; i < mask.size(); i += 7) mask[i] = 0.0f;  // some targets not learned
-  const auto ids = BoundedIds<Cuda>::from_host("tiny_mtp", rows, data.ids, Model::dims.vocab, "token");
-  const auto targets = BoundedIds<Cuda>::from_host("tiny_mtp", rows, data.targets, Model::dims.vocab, "target");
-  const auto summed_mask = LossMask<float, Cuda>::from_host("tiny_mtp", rows, mask);
+  const HostMadeInputs in = host_made_inputs(data, Model::dims.vocab, mask);
 
-  const auto by_tensor = model.losses(ids.ids(), targets.ids(), Tensor<float, Cuda>::from_host(rows, mask), docs);
-  const auto by_host = model.losses(ids, targets, summed_mask, docs);
+  const auto by_tensor = model.losses(in.ids.ids(), in.targets.ids(), Tensor<float, Cuda>::from_host(rows, mask), docs);
+  const auto by_host = model.losses(in.ids, in.targets, in.mask, docs);
   if (by_tensor.aux.size() != 1 || by_host.aux.size() != 1 || by_host.aux[0].name != "mtp")
     return "expected one auxiliary loss, \"mtp\", from both paths";
   const float mtp_tensor = by_tensor.aux[0].loss.item(), mtp_host = by_host.aux[0].loss.item();
@@ -164,13 +172,7 @@ inline std::string check_tiny_mtp_step() {
            "; device tensors MTP " + std::to_string(mtp_tensor) + ", total " + std::to_string(total_tensor);
 
   double last = 0;
-  const auto step = [&] {
-    const auto loss = model.loss(ids, targets, summed_mask, docs);
-    backward(loss);
-    opt.step();
-    opt.zero_grad();
-    last = loss.item();
-  };
+  const auto step = [&] { last = train_step(model, opt, in.ids, in.targets, in.mask, docs); };
   step();  // the first backward and optimizer step (AdamW's state) happen once, outside the count
   const std::uint64_t waits = Cuda::host_waits_during(step);
   std::printf("  host waits per train step of the MTP model given host-made inputs: %llu\n",
