@@ -331,6 +331,57 @@ std::string check_allocation_failure() {
   return "";
 }
 
+// Uploads past what launches' parameters carry (63,488 bytes), up to kMaxStagedCopy, go through
+// reused pinned blocks (memory.cuh, pinned_staging.cuh): no host wait, the bytes the caller had at
+// the call even when it overwrites them at once, ordered after a kernel queued before that still
+// reads the old values, and no new pinned memory once a loop's sizes have their blocks. A larger
+// upload waits once (a pageable cudaMemcpy).
+std::string check_staged_uploads() {
+  constexpr std::size_t n = 40000;  // 160,000 bytes of float
+  const auto values = [](float salt) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 1000) * 0.25f + salt;
+    return v;
+  };
+  const auto count = static_cast<index_t>(n);
+  CudaTensor<float> x(Shape{count}), y(Shape{count}), z(Shape{count});
+  const std::vector<float> first = values(1), second = values(2), third = values(3);
+  Cuda::copy_from_host(x.data(), first.data(), n);
+  Cuda::synchronize();
+  std::vector<float> reused = second;
+  const std::uint64_t waits = Cuda::host_waits_during([&] {
+    Cuda::map<float>(1, count, fn::Scale{2.0}, y.data(), In<float>{x.data()});  // reads the first values
+    Cuda::copy_from_host(x.data(), reused.data(), n);
+    reused.assign(n, -1.0f);  // the caller reuses its buffer at once
+    Cuda::copy_from_host(z.data(), third.data(), n);
+  });
+  if (waits != 0) return "two staged uploads made the host wait " + std::to_string(waits) + " times";
+  std::vector<float> doubled(first);
+  for (float& v : doubled) v *= 2;
+  if (y.to_host() != doubled) return "a kernel queued before the upload read the new values";
+  if (x.to_host() != second) return "the staged upload did not land the values the caller had at the call";
+  if (z.to_host() != third) return "the second staged upload's values differ";
+  std::size_t pinned = 0;
+  for (int step = 0; step < 5; ++step) {
+    Cuda::copy_from_host(x.data(), third.data(), n);
+    Cuda::copy_from_host(z.data(), first.data(), n);
+    if (x.to_host() != third || z.to_host() != first) return "step " + std::to_string(step) + "'s uploads differ";
+    if (step == 0) pinned = Cuda::pinned_staging_bytes();
+  }
+  if (Cuda::pinned_staging_bytes() != pinned)
+    return "pinned staging grew from " + std::to_string(pinned) + " to " + std::to_string(Cuda::pinned_staging_bytes()) +
+           " bytes over steps of the same uploads";
+  const std::size_t large = cuda::kMaxStagedCopy / sizeof(float) + 1;
+  std::vector<float> big(large);
+  for (std::size_t i = 0; i < large; ++i) big[i] = static_cast<float>(i % 4096);
+  CudaTensor<float> w(Shape{static_cast<index_t>(large)});
+  const std::uint64_t large_waits = Cuda::host_waits_during([&] { Cuda::copy_from_host(w.data(), big.data(), large); });
+  if (large_waits != 1) return "an upload above kMaxStagedCopy waited " + std::to_string(large_waits) + " times, expected 1";
+  if (w.to_host() != big) return "the upload above kMaxStagedCopy differs";
+  std::printf("      pinned staging: %zu bytes for two 160,000-byte uploads per step\n", pinned);
+  return "";
+}
+
 // The library's finite-difference gradcheck, run with the CUDA backend end to end.
 std::string check_gradcheck_on_device() {
   using V = Var<double, Cuda>;
@@ -399,6 +450,7 @@ int main() {
   report.run("gradcheck of softmax(rmsnorm(matmul)) on the device", check_gradcheck_on_device);
   report.run("memory_stats counts 256-byte blocks; reset_peak_memory", check_memory_stats);
   report.run("a failed cudaMalloc throws megacpp::Error and leaves the device usable", check_allocation_failure);
+  report.run("uploads past the launches' parameters go through pinned blocks without a wait", check_staged_uploads);
   report.run("TF32 products on request (CudaTf32Products), fp32 again after", check_tf32_products);
   report.run("GroupedGemm on bf16 operands in one launch per product on request", check_one_launch_grouped_products);
   run_bf16_attention_checks(report);

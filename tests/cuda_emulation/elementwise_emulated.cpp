@@ -129,7 +129,9 @@ std::pair<std::int32_t, std::int32_t> EmulatedElementwise::minmax_index(index_t 
 }
 
 // memory.cuh's copy_from_host: up to kInlineUploadLaunches x kInlineUploadBytes as the parameters
-// of one-block launches, one per kInlineUploadBytes; more through cudaMemcpy (here the host's memcpy).
+// of one-block launches, one per kInlineUploadBytes; more through a pinned block and
+// cudaMemcpyAsync, or cudaMemcpy (both the host's memcpy here; test_pinned_staging.cpp tests the
+// staging's policy).
 template <class T>
 void EmulatedElementwise::copy_from_host(T* dst, const T* src, std::size_t n) {
   if (n == 0) return;

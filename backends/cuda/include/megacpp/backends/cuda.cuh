@@ -57,6 +57,9 @@ struct Cuda {
   // Returns the cached free device blocks to the driver (allocations reuse freed blocks: memory.cuh).
   static void empty_cache() { cuda::empty_cache(); }
   static void synchronize() { cuda::synchronize(); }
+  // Page-locked host memory held for staging uploads (memory.cuh; grows only while a step's
+  // uploads find no free block, up to kPinnedStagingLimit).
+  static std::size_t pinned_staging_bytes() { return cuda::pinned_staging().pinned_bytes(); }
   // How many times the backend has made the host wait for the GPU in this process (check.cuh).
   static std::uint64_t host_waits() { return cuda::host_wait_count().load(std::memory_order_relaxed); }
   // The waits made while f() runs (tests and benches: how many a step or a decode makes).

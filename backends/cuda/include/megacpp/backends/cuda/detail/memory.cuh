@@ -1,5 +1,6 @@
 // CUDA backend: device allocations (cudaMalloc, never managed memory, freed blocks cached for
-// reuse) with the same byte accounting as the CPU backend, host <-> device copies, and the device query.
+// reuse) with the same byte accounting as the CPU backend, host <-> device copies (small ones as
+// launches' parameters, larger ones through pinned blocks), and the device query.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
@@ -17,6 +18,7 @@
 
 #include "megacpp/backends/cuda/detail/check.cuh"
 #include "megacpp/backends/cuda/detail/inline_upload.cuh"
+#include "megacpp/backends/cuda/detail/pinned_staging.cuh"
 #include "megacpp/core/backend.hpp"
 #include "megacpp/core/error.hpp"
 #include "megacpp/core/memory_counter.hpp"
@@ -156,11 +158,58 @@ inline MemoryStats memory_stats() {
 }
 inline void reset_peak_memory() { memory_counter().reset_peak(); }
 
+// The CUDA calls PinnedStaging (pinned_staging.cuh) makes: portable page-locked blocks, events
+// without timing, copies and records on kStream.
+struct PinnedStagingRuntime {
+  using Event = cudaEvent_t;
+  int device() const {
+    int d = 0;
+    MEGACPP_CUDA_CHECK(cudaGetDevice(&d));
+    return d;
+  }
+  void* allocate_pinned(std::size_t bytes) const {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess) return p;
+    cudaGetLastError();  // out of page-locked memory is not an error here: the copy waits instead
+    return nullptr;
+  }
+  void free_pinned(void* p) const {
+    note_host_wait();  // cudaFreeHost waits for the device
+    cudaFreeHost(p);
+  }
+  Event make_event() const {
+    cudaEvent_t e = nullptr;
+    MEGACPP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  bool completed(Event e) const {
+    const cudaError_t status = cudaEventQuery(e);
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();  // "not ready" is an answer, not an error for the next launch check to see
+      return false;
+    }
+    MEGACPP_CUDA_CHECK(status);
+    return true;
+  }
+  void copy_async(void* dst, const void* pinned, std::size_t bytes) const {
+    MEGACPP_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, kStream));
+  }
+  void record(Event e) const { MEGACPP_CUDA_CHECK(cudaEventRecord(e, kStream)); }
+};
+
+// One per process, never destroyed (as block_cache(): the blocks go back with the context).
+inline PinnedStaging<PinnedStagingRuntime>& pinned_staging() {
+  static auto* staging = new PinnedStaging<PinnedStagingRuntime>(PinnedStagingRuntime{});
+  return *staging;
+}
+
 // Host -> device; the caller may reuse `src` on return and later kernels on the stream see the
 // data. Up to kInlineUploadLaunches x kInlineUploadBytes travel as kernels' parameters, a launch
 // per kInlineUploadBytes, without the stream wait a pageable cudaMemcpy makes (inline_upload.cuh);
-// larger copies are cudaMemcpy, which returns once the host buffer has been staged. `dst` must be
-// on the current device (the launches run there), as every tensor of a host thread's device is.
+// larger copies, up to kMaxStagedCopy, go through a reused pinned block and cudaMemcpyAsync, also
+// without a wait (pinned_staging.cuh); the rest, and any a full staging cap refuses, are
+// cudaMemcpy, which returns once the host buffer has been staged. `dst` must be on the current
+// device (the launches and copies run there), as every tensor of a host thread's device is.
 template <class T>
 void copy_from_host(T* dst, const T* src, std::size_t n) {
   if (n == 0) return;
@@ -177,6 +226,7 @@ void copy_from_host(T* dst, const T* src, std::size_t n) {
     }
     return;
   }
+  if (pinned_staging().upload(dst, src, bytes)) return;
   note_host_wait();  // a pageable cudaMemcpy first waits for the stream
   MEGACPP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
