@@ -20,6 +20,10 @@
 // changes the weight); the same step with the copies dropped before every micro-batch (a cast
 // per micro-batch, as before the cache) is timed beside it, and the bench counts how many weight
 // copies the later micro-batches had to remake (0 when the cache holds).
+// The bf16 copies written by the optimizer: AdamW's pass writes each weight's bf16 rounding with the
+// weight (Var::update_value), so the next forward casts nothing; the dense bf16 step is timed beside
+// the same step with the copies dropped after each optimizer step (a cast of every weight per step,
+// as before).
 #include <chrono>
 #include <cstdio>
 #include <utility>
@@ -99,6 +103,8 @@ struct StepBench {
   std::vector<MicroBatch<Model>> micro;
   // accumulation only: drop every weight's bf16 copy before each micro-batch (a cast per micro-batch)
   bool recast_per_micro_batch = false;
+  // drop every weight's bf16 copy after the optimizer step (the next forward casts each weight again)
+  bool recast_after_step = false;
   std::size_t recast_copies = 0;  // weight copies a later micro-batch had to remake, over all steps
   double loss = 0;
 
@@ -137,6 +143,8 @@ struct StepBench {
     }
     opt.step();
     opt.zero_grad();
+    if (recast_after_step)
+      for (auto& p : params) p.var.mutable_value();
   }
   // Useful FLOPs: 6 x matrix params (the embedding counts once, as the head's GEMM) per token,
   // plus attention: per attention layer and token, 2 products x 2 FLOPs x heads x head_dim x
@@ -209,6 +217,26 @@ AccumulationFigures time_accumulation(const bench::BenchArgs& args) {
   return f;
 }
 
+// The bf16 dense step with AdamW writing the weights' bf16 copies against the same step casting them
+// again before each forward, timed round-robin; and whether the copies are current after a step.
+struct RoundingFigures {
+  StepFigures in_update, cast_per_step;
+  std::size_t stale_after_step = 0;  // weight copies the optimizer step left stale: 0 expected
+};
+RoundingFigures time_rounding_in_update(const bench::BenchArgs& args) {
+  StepBench<DenseBf16Model> in_update, cast_per_step;
+  cast_per_step.recast_after_step = true;
+  const auto t = bench::time_interleaved({{"dense-bf16", [&] { in_update.step(); }},
+                                          {"dense-bf16-cast-per-step", [&] { cast_per_step.step(); }}},
+                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  RoundingFigures f;
+  for (const auto& p : in_update.params)
+    if (p.shape().rank() == 2) f.stale_after_step += !p.var.bf16_copy_current();
+  f.in_update = in_update.figures(t[0].median_s, "dense-bf16");
+  f.cast_per_step = cast_per_step.figures(t[1].median_s, "dense-bf16-cast-per-step");
+  return f;
+}
+
 template <class Model>
 StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
   StepBench<Model> b;
@@ -234,6 +262,7 @@ int main(int argc, char** argv) {
   const auto [hybrid, hybrid16] = time_pair<HybridModel, HybridBf16Model>(args, "aam", "aam-bf16");
   const auto [dense32, dense16] = time_pair<DenseModel, DenseBf16Model>(args, "dense", "dense-bf16");
   const AccumulationFigures accum = time_accumulation(args);
+  const RoundingFigures rounding = time_rounding_in_update(args);
   const double bf16_peak = bench::bf16_dot_peak_gflops();
   const double fma_peak = bench::fma_peak_gflops();
   const double bf16_denominator = bf16_peak > 0 ? bf16_peak : fma_peak;  // the fallback multiplies in fp32
@@ -250,6 +279,10 @@ int main(int argc, char** argv) {
               "micro-batch: %.3fx; one cast of every weight takes %.2f ms\n",
               static_cast<long long>(kBatch), accum.cached.tokens_per_s, accum.recast_copies, accum.copies_mib,
               accum.recast.tokens_per_s, accum.recast.seconds / accum.cached.seconds, accum.cast_ms);
+  std::printf("dense bf16 with AdamW writing the weights' bf16 copies: %.0f tokens/s (%zu weight copies stale after the "
+              "step); casting every weight again each step: %.0f tokens/s: %.3fx\n",
+              rounding.in_update.tokens_per_s, rounding.stale_after_step, rounding.cast_per_step.tokens_per_s,
+              rounding.cast_per_step.seconds / rounding.in_update.seconds);
   const double mfu = dense.model_gflop / dense.seconds / gemm;
   const double mtp_overhead = mtp.seconds / dense.seconds - 1.0;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
@@ -275,6 +308,9 @@ int main(int argc, char** argv) {
       .add("bf16_accum4_cast_once_speedup", accum.recast.seconds / accum.cached.seconds, 3)
       .add("bf16_accum4_copies_recast", static_cast<double>(accum.recast_copies), 0)
       .add("bf16_weight_copies_mib_dense", accum.copies_mib, 1).add("bf16_weight_cast_ms_dense", accum.cast_ms, 2)
+      .add("tokens_per_s_dense_bf16_cast_per_step", rounding.cast_per_step.tokens_per_s, 1)
+      .add("bf16_rounding_in_update_speedup", rounding.cast_per_step.seconds / rounding.in_update.seconds, 3)
+      .add("bf16_copies_stale_after_step", static_cast<double>(rounding.stale_after_step), 0)
       .add("step_peak_mib_dense", dense32.step_peak_mib, 1).add("step_peak_mib_dense_bf16", dense16.step_peak_mib, 1).add("bf16_peak_gflops", bf16_peak, 1)
       .add("gemm_gflops", gemm, 1).print();
   return 0;

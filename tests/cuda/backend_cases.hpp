@@ -150,6 +150,17 @@ std::vector<Case<T, B>> op_cases() {
   };
 }
 
+// The elements of an update's bf16 rounding (written from `offset` on, zeros before) that are not
+// convert's rounding of the updated `values` (0 expected), as one output to compare.
+template <class T, Backend B>
+double rounding_mismatches(const Tensor<bf16, B>& rounded, const Tensor<T, B>& values, index_t offset) {
+  const auto got = rounded.to_host(), want = values.template to<bf16>().to_host();
+  double mismatches = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    mismatches += i < static_cast<std::size_t>(offset) ? got[i].bits != 0 : got[i].bits != want[i].bits;
+  return mismatches;
+}
+
 // Kernel-level cases: arguments the ops never pass (padded leading dimensions, alpha, beta
 // other than 0 and 1, broadcast operands of reduce, NaN in an overwritten output).
 template <class T, Backend B>
@@ -291,6 +302,37 @@ std::vector<Case<T, B>> kernel_cases() {
          B::template update_in_place<T>(1001, fn::AdamWStep{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}},
                                         p.data() + 1, m.data() + 1, v.data() + 1, g.data() + 1);
          return H::values({p, m, v});
+       }},
+      {"update_in_place: AdamW writing the parameter's bf16 rounding in the same pass (packets; unaligned, ragged): "
+       "p, m, v as without it, and the rounding convert's (mismatches counted, 0 expected)",
+       [](H& h) {
+         Outputs out;
+         for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
+           const Shape s{n + offset};
+           Tens p = h.uniform(s), m = h.uniform(s, -0.1, 0.1), v = h.uniform(s, 0.0, 0.01), g = h.uniform(s);
+           Tensor<bf16, B> rounded = Tensor<bf16, B>::full(s, bf16(0.0f));
+           B::template update_in_place<T>(n, fn::AdamWStep{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}},
+                                          p.data() + offset, m.data() + offset, v.data() + offset, g.data() + offset,
+                                          rounded.data() + offset);
+           for (const Tens* t : {&p, &m, &v}) out.push_back(H::doubles(*t));
+           out.push_back({rounding_mismatches(rounded, p, offset)});
+         }
+         return out;
+       }},
+      {"update_in_place, one state: Muon's weight update writing its bf16 rounding (packets; unaligned, ragged): "
+       "w, and the rounding convert's (mismatches counted, 0 expected)",
+       [](H& h) {
+         Outputs out;
+         for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
+           const Shape s{n + offset};
+           Tens w = h.uniform(s), o = h.uniform(s);
+           Tensor<bf16, B> rounded = Tensor<bf16, B>::full(s, bf16(0.0f));
+           B::template update_in_place<T>(n, fn::MuonStep{fn::MuonUpdate{0.998, 0.03}}, w.data() + offset, o.data() + offset,
+                                          rounded.data() + offset);
+           out.push_back(H::doubles(w));
+           out.push_back({rounding_mismatches(rounded, w, offset)});
+         }
+         return out;
        }},
       {"scatter_add_rows: 300 rows into 5 (deterministic order)",
        [](H& h) {

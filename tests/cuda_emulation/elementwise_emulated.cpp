@@ -39,16 +39,30 @@ void EmulatedElementwise::map(index_t rows, index_t cols, F f, T* out, Ins... in
 }
 
 template <class T, class F>
-void EmulatedElementwise::update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
+void EmulatedElementwise::update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded) {
   if (n == 0) return;
   using P = cuda::Packet<T>;
   if (cuda::fits_packets<T>(n, {a, b, c, x})) {
     const index_t packets = n / P::kSize;
     launch(cuda::update_in_place_packet_kernel<T, F>, grid_stride_launch(packets), packets, f,
-           reinterpret_cast<P*>(a), reinterpret_cast<P*>(b), reinterpret_cast<P*>(c), reinterpret_cast<const P*>(x));
+           reinterpret_cast<P*>(a), reinterpret_cast<P*>(b), reinterpret_cast<P*>(c), reinterpret_cast<const P*>(x),
+           a_rounded);
     return;
   }
-  launch(cuda::update_in_place_kernel<T, F>, grid_stride_launch(n), n, f, a, b, c, x);
+  launch(cuda::update_in_place_kernel<T, F>, grid_stride_launch(n), n, f, a, b, c, x, a_rounded);
+}
+
+template <class T, class F>
+void EmulatedElementwise::update_in_place(index_t n, F f, T* a, const T* x, bf16* a_rounded) {
+  if (n == 0) return;
+  using P = cuda::Packet<T>;
+  if (cuda::fits_packets<T>(n, {a, x})) {
+    const index_t packets = n / P::kSize;
+    launch(cuda::update_one_in_place_packet_kernel<T, F>, grid_stride_launch(packets), packets, f, reinterpret_cast<P*>(a),
+           reinterpret_cast<const P*>(x), a_rounded);
+    return;
+  }
+  launch(cuda::update_one_in_place_kernel<T, F>, grid_stride_launch(n), n, f, a, x, a_rounded);
 }
 
 template <class T>
@@ -160,7 +174,8 @@ std::size_t EmulatedElementwise::inline_upload_limit() { return cuda::kInlineUpl
       index_t, index_t, fn::AccumulateOf<fn::Mul>, T*, In<T>, In<T>, In<T>);                                    \
   template void EmulatedElementwise::map<T, fn::Relu2, In<T>>(index_t, index_t, fn::Relu2, T*, In<T>);          \
   template void EmulatedElementwise::update_in_place<T, fn::AdamWStep>(index_t, fn::AdamWStep, T*, T*, T*,      \
-                                                                       const T*);                               \
+                                                                       const T*, bf16*);                        \
+  template void EmulatedElementwise::update_in_place<T, fn::MuonStep>(index_t, fn::MuonStep, T*, const T*, bf16*); \
   template void EmulatedElementwise::expand<T>(index_t, index_t, index_t, T, const T*, T, T*);                  \
   template void EmulatedElementwise::copy_2d<T>(index_t, index_t, const T*, index_t, T, T*, index_t);           \
   template void EmulatedElementwise::transpose<T>(index_t, index_t, index_t, index_t, index_t, const T*, T, T*); \

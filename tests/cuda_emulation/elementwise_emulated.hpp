@@ -23,7 +23,9 @@ struct EmulatedElementwise {
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins);
   template <class T, class F>
-  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x);
+  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded = nullptr);
+  template <class T, class F>
+  static void update_in_place(index_t n, F f, T* a, const T* x, bf16* a_rounded = nullptr);
   template <class T>
   static void expand(index_t outer, index_t n, index_t inner, T scale, const T* src, T beta, T* dst);
   template <class T>

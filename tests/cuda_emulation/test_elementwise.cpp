@@ -57,17 +57,52 @@ Outputs<T> maps() {
   return {out, ragged, shifted, odd_rows, squared};
 }
 
-// AdamW's step over 1,000 elements (packets) and 1,001 from an unaligned pointer (elements).
+// Appends the rounding an update wrote from element `offset` on, and convert's rounding of the
+// updated values there (a NaN before `offset`, as the rounding's buffer was filled).
+template <class T>
+void record_rounding(std::vector<std::vector<bf16>>& roundings, const std::vector<bf16>& rounded, const std::vector<T>& values,
+                     index_t offset) {
+  std::vector<bf16> expected(values.size(), bf16::from_bits(0x7FC1));
+  for (std::size_t i = static_cast<std::size_t>(offset); i < values.size(); ++i) expected[i] = convert_element<bf16>(values[i]);
+  roundings.push_back(rounded);
+  roundings.push_back(expected);
+}
+
+// AdamW's step over 1,000 elements (packets) and 1,001 from an unaligned pointer (elements), without
+// and with the parameter's bf16 rounding written in the same pass (which leaves p, m, v as they were).
 template <class T, class Ops>
-Outputs<T> adamw() {
+Outputs<T> adamw(std::vector<std::vector<bf16>>* roundings = nullptr) {
   const fn::AdamWStep step{fn::Lerp{0.1}, fn::EmaSquare{0.95}, fn::AdamWUpdate{0.999, 1e-2, 0.3, 1e-8}};
   Outputs<T> outs;
-  for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
-    const auto size = static_cast<std::size_t>(n + offset);
-    std::vector<T> p = draw<T>(size, 10), m = draw<T>(size, 11), v = draw<T>(size, 12, 0.0, 1.0), g = draw<T>(size, 13);
-    Ops::template update_in_place<T>(n, step, p.data() + offset, m.data() + offset, v.data() + offset, g.data() + offset);
-    outs.insert(outs.end(), {p, m, v});
-  }
+  for (const bool rounds : {false, true})
+    for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
+      const auto size = static_cast<std::size_t>(n + offset);
+      std::vector<T> p = draw<T>(size, 10), m = draw<T>(size, 11), v = draw<T>(size, 12, 0.0, 1.0), g = draw<T>(size, 13);
+      std::vector<bf16> rounded(size, bf16::from_bits(0x7FC1));  // a NaN where nothing is written
+      Ops::template update_in_place<T>(n, step, p.data() + offset, m.data() + offset, v.data() + offset, g.data() + offset,
+                                       rounds ? rounded.data() + offset : nullptr);
+      outs.insert(outs.end(), {p, m, v});
+      if (rounds && roundings) record_rounding(*roundings, rounded, p, offset);
+    }
+  return outs;
+}
+
+// Muon's weight update (the one-state form) over the same two shapes, without and with the bf16
+// rounding.
+template <class T, class Ops>
+Outputs<T> muon(std::vector<std::vector<bf16>>* roundings = nullptr) {
+  const fn::MuonStep step{fn::MuonUpdate{0.998, 0.03}};
+  Outputs<T> outs;
+  for (const bool rounds : {false, true})
+    for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
+      const auto size = static_cast<std::size_t>(n + offset);
+      std::vector<T> w = draw<T>(size, 14), o = draw<T>(size, 15);
+      std::vector<bf16> rounded(size, bf16::from_bits(0x7FC1));  // a NaN where nothing is written
+      Ops::template update_in_place<T>(n, step, w.data() + offset, o.data() + offset,
+                                       rounds ? rounded.data() + offset : nullptr);
+      outs.push_back(w);
+      if (rounds && roundings) record_rounding(*roundings, rounded, w, offset);
+    }
   return outs;
 }
 
@@ -148,7 +183,10 @@ std::vector<ElementwiseCase<T>> elementwise_cases() {
   return {
       {"maps: packets, ragged, unaligned, broadcast rows of whole packets and of none, aliasing", &maps<T, Cpu>,
        &maps<T, EmulatedElementwise>, false},
-      {"AdamW's step: packets, and an unaligned ragged length", &adamw<T, Cpu>, &adamw<T, EmulatedElementwise>, false},
+      {"AdamW's step: packets, and an unaligned ragged length; with the bf16 rounding", [] { return adamw<T, Cpu>(); },
+       [] { return adamw<T, EmulatedElementwise>(); }, false},
+      {"Muon's weight update in place: packets, and an unaligned ragged length; with the bf16 rounding",
+       [] { return muon<T, Cpu>(); }, [] { return muon<T, EmulatedElementwise>(); }, false},
       {"expand, copy_2d (runtime copies and the kernel), transpose; beta 0 over NaN and beta != 0", &layouts<T, Cpu>,
        &layouts<T, EmulatedElementwise>, true},
       {"fills: zero bytes, -0, values on packets and unaligned", &fills<T, Cpu>, &fills<T, EmulatedElementwise>, true},
@@ -180,6 +218,29 @@ void check_against_cpu() {
 }
 
 }  // namespace
+
+// The rounding update_in_place writes with the parameter (Var::update_value) is convert's rounding
+// of the new parameter, bit for bit, on packets and on an unaligned ragged length, and nothing
+// outside the range is written: AdamW's three-state form and Muon's one-state form.
+TEST_CASE("elementwise: AdamW's and Muon's bf16 rounding of the parameter on the emulator is convert's, bitwise",
+          "[elementwise]") {
+  std::vector<std::vector<bf16>> float_roundings, double_roundings;
+  adamw<float, EmulatedElementwise>(&float_roundings);
+  adamw<double, EmulatedElementwise>(&double_roundings);
+  muon<float, EmulatedElementwise>(&float_roundings);
+  muon<double, EmulatedElementwise>(&double_roundings);
+  for (const auto* roundings : {&float_roundings, &double_roundings}) {
+    REQUIRE(roundings->size() == 8);
+    for (std::size_t c = 0; c < roundings->size(); c += 2) {
+      const std::vector<bf16>&got = (*roundings)[c], &want = (*roundings)[c + 1];
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO("element " << i);
+        CHECK(got[i].bits == want[i].bits);
+      }
+    }
+  }
+}
 
 TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on the emulator match the CPU, float",
           "[elementwise]") {

@@ -161,6 +161,57 @@ TEST_CASE("Var::value_as_bf16: a leaf is cast once until a writer changes it, wh
   }
 }
 
+// An update that writes the value and its bf16 rounding in one pass (an optimizer step; AdamW's
+// and Muon's are checked here): none is
+// asked before a product has read the leaf in bf16; after one, the update's rounding becomes the
+// copy, current without a cast and equal to convert's, while a copy held from before is unchanged.
+TEST_CASE("Var::update_value: the update writes the bf16 copy when products read one, and leaves held copies alone",
+          "[precision]") {
+  Rng rng(8);
+  auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({7, 3}, rng));
+  const auto scale_by = [&](float factor, bool* asked) {
+    w.update_value([&](float* v, bf16* rounded) {
+      *asked = rounded != nullptr;
+      for (index_t i = 0; i < w.numel(); ++i) {
+        v[i] = v[i] * factor + 0.0625f;
+        if (rounded) rounded[i] = bf16(v[i]);
+      }
+    });
+  };
+  bool asked = true;
+  const float before = w.value().to_host()[4];
+  scale_by(2.0f, &asked);
+  CHECK_FALSE(asked);  // no product has read w in bf16: no copy to keep
+  CHECK_FALSE(w.bf16_copy_current());
+  CHECK(w.value().to_host()[4] == before * 2.0f + 0.0625f);
+  const Tensor<bf16, Cpu> held = w.value_as_bf16();
+  const auto held_bits = held.to_host();
+  CHECK(w.bf16_copy_current());
+  scale_by(-1.5f, &asked);
+  CHECK(asked);
+  CHECK(w.bf16_copy_current());  // the next product makes no cast
+  const Tensor<bf16, Cpu> copy = w.value_as_bf16();
+  CHECK_FALSE(copy.same_data(held));
+  const auto got = copy.to_host(), want = w.value().to<bf16>().to_host(), kept = held.to_host();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].bits == want[i].bits);
+    CHECK(kept[i].bits == held_bits[i].bits);  // the held copy still rounds the old value
+  }
+  // AdamW's and Muon's steps round in their pass: the copy is current right after the step.
+  const auto step_is_current = [&](auto& opt) {
+    w.zero_grad();
+    backward(sum(mul(w, w)));
+    opt.step();
+    CHECK(w.bf16_copy_current());
+    const auto after = w.value_as_bf16().to_host(), want_after = w.value().to<bf16>().to_host();
+    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].bits == want_after[i].bits);
+  };
+  optim::AdamW<float, Cpu> adamw({optim::ParamRef<float, Cpu>{"w", w, Role::matrix, {}}}, optim::AdamWOptions{.lr = 0.1});
+  step_is_current(adamw);
+  optim::Muon<float, Cpu> muon({optim::ParamRef<float, Cpu>{"w", w, Role::matrix, {}}}, optim::MuonOptions{.lr = 0.02});
+  step_is_current(muon);
+}
+
 // The tiny model trained with two micro-batches per step: every bf16 weight is cast once per
 // optimizer step (the second micro-batch's products use the first one's copies), and the run is
 // bitwise the run that casts at every use, i.e. a cached copy is never stale.

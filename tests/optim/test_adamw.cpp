@@ -159,4 +159,15 @@ TEST_CASE("Cpu::update_in_place with fn::AdamWStep equals the three maps it fuse
   CHECK(fm.to_host() == m.to_host());
   CHECK(fv.to_host() == v.to_host());
   CHECK(fp.to_host() == p.to_host());
+  // With the parameter's bf16 output: the same p, m, v, and the output is convert's rounding of p.
+  auto rp = p0.clone(), rm = m0.clone(), rv = v0.clone();
+  Tensor<bf16, Cpu> rounded({n});
+  Cpu::update_in_place<float>(n, fn::AdamWStep{first, second, update}, rp.data(), rm.data(), rv.data(), g.data(),
+                              rounded.data());
+  CHECK(rp.to_host() == p.to_host());
+  CHECK(rm.to_host() == m.to_host());
+  CHECK(rv.to_host() == v.to_host());
+  const auto got = rounded.to_host(), want = p.to<bf16>().to_host();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i].bits == want[i].bits);
 }

@@ -277,3 +277,22 @@ TEST_CASE("Muon with ns_bf16 orthogonalises on bf16 GEMM operands, and double pa
   const optim::MuonOptions bf16_ns{.ns_bf16 = true};
   CHECK_THROWS_WITH(MuonDouble({optim::make_param_ref("w", d)}, bf16_ns), Contains("ns_bf16") && Contains("float"));
 }
+
+TEST_CASE("Cpu::update_in_place with fn::MuonStep equals the map of fn::MuonUpdate bitwise; its rounding is convert's",
+          "[optim][muon][kernel]") {
+  const index_t n = 1003;
+  Rng rng(23);
+  const auto w0 = rand_uniform<float, Cpu>({n}, rng, -1.0, 1.0), o = rand_uniform<float, Cpu>({n}, rng, -1.0, 1.0);
+  const fn::MuonUpdate update{1.0 - 0.02 * 0.1, 0.02 * 1.5};
+  auto mapped = w0.clone();
+  Cpu::map<float>(1, n, update, mapped.data(), In<float>{mapped.data()}, In<float>{o.data()});
+  auto stepped = w0.clone(), rounded_step = w0.clone();
+  Cpu::update_in_place<float>(n, fn::MuonStep{update}, stepped.data(), o.data());
+  CHECK(stepped.to_host() == mapped.to_host());
+  Tensor<bf16, Cpu> rounded({n});
+  Cpu::update_in_place<float>(n, fn::MuonStep{update}, rounded_step.data(), o.data(), rounded.data());
+  CHECK(rounded_step.to_host() == mapped.to_host());
+  const auto got = rounded.to_host(), want = mapped.to<bf16>().to_host();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i].bits == want[i].bits);
+}

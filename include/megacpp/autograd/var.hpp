@@ -113,6 +113,29 @@ class Var {
     state_->value_bf16 = Tensor<bf16, B>();
     return state_->value;
   }
+  /// Updates a leaf's value in place through `update(T* value, bf16* rounded)`, which writes every
+  /// element of the value and, when `rounded` is not null, each new element rounded to bf16 as
+  /// convert rounds it (an optimizer step's update_in_place with its bf16 output). `rounded` is a
+  /// new buffer when the leaf holds a bf16 copy (a mixed-precision product has read it), and it
+  /// becomes the copy, current for the write the update made: the next product makes no cast
+  /// (without it, one pass over every weight per step). Null when no copy is held: nothing reads one.
+  /// Whoever still holds the old copy (a graph kept for a later backward) keeps it unchanged.
+  template <class Update>
+  void update_value(Update&& update) {
+    detail::VarState<T, B>& s = *state_;
+    const bool rounds = is_leaf() && s.value_bf16.defined();
+    s.value_bf16 = Tensor<bf16, B>();  // released before its successor is allocated
+    Tensor<bf16, B> rounded = rounds ? Tensor<bf16, B>(s.value.shape()) : Tensor<bf16, B>();
+    update(s.value.data(), rounds ? rounded.data() : nullptr);
+    if (!rounds) return;
+    s.value_bf16 = std::move(rounded);
+    s.value_bf16_writes = s.value.write_count();  // after the update's own write
+  }
+  /// True when a bf16 copy is held and current (value_as_bf16 would make no cast).
+  bool bf16_copy_current() const {
+    const detail::VarState<T, B>& s = *state_;
+    return s.value_bf16.defined() && (!is_leaf() || s.value_bf16_writes == s.value.write_count());
+  }
   /// The value rounded to bf16 (nearest even), the operand of mixed-precision products
   /// (autograd/precision.hpp). The copy is made once and kept with the value until the value
   /// changes:

@@ -87,6 +87,9 @@ struct NoOpUpdate {
   /// Leaves the three states as they are.
   template <class T>
   MEGACPP_HD void operator()(T&, T&, T&, T) const {}
+  /// Leaves the one state as it is.
+  template <class T>
+  MEGACPP_HD void operator()(T&, T) const {}
 };
 
 /// The kernel contract every backend meets: a backend is a tag type whose static member functions
@@ -118,6 +121,8 @@ concept Backend = requires(float* p, const float* cp, const bf16* cbf, const std
   // elementwise and reductions over functors
   B::template map<float>(i, i, IdentityFunctor{}, p, in);
   B::template update_in_place<float>(i, NoOpUpdate{}, p, p, p, cp);
+  B::template update_in_place<float>(i, NoOpUpdate{}, p, p, p, cp, static_cast<bf16*>(nullptr));  // + a's bf16 rounding
+  B::template update_in_place<float>(i, NoOpUpdate{}, p, cp, static_cast<bf16*>(nullptr));  // one state: f(a, x)
   B::template reduce<float>(i, i, i, IdentityFunctor{}, s, s, p, in);
   B::template expand<float>(i, i, i, s, cp, s, p);
   B::template copy_2d<float>(i, i, cp, i, s, p, i);

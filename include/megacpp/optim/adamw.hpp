@@ -103,7 +103,7 @@ class AdamW {
     index_t at = 0;
     for (Slot& s : slots_)
       if (s.owner == rank_) {
-        B::template copy<T>(send_.data() + at, s.param.value().data(), static_cast<std::size_t>(s.numel()));
+        B::template copy<T>(send_.data() + at, s.param.var.value().data(), static_cast<std::size_t>(s.numel()));  // a read: keeps the bf16 copy
         at += s.numel();
       }
     comm.template all_gather<T, B>(send_.data(), pack_, recv_.data());
@@ -200,12 +200,14 @@ class AdamW {
       const T* g = s.param.grad().data();
       T* m = s.exp_avg.data();
       T* v = s.exp_avg_sq.data();
-      T* p = s.param.value().data();
-      // one pass over p, m, v and g (three maps read g twice and m, v once more: ~2% of a train step)
-      B::template update_in_place<T>(
-          n, fn::AdamWStep{fn::Lerp{1.0 - o.beta1}, fn::EmaSquare{o.beta2},
-                           fn::AdamWUpdate{1.0 - lr * o.weight_decay, lr / bc1, std::sqrt(bc2), o.eps}},
-          p, m, v, g);
+      // One pass over p, m, v and g (three maps read g twice and m, v once more: ~2% of a train
+      // step), which also writes p's bf16 copy when mixed-precision products read one (Var::update_value).
+      s.param.var.update_value([&](T* p, bf16* p_rounded) {
+        B::template update_in_place<T>(
+            n, fn::AdamWStep{fn::Lerp{1.0 - o.beta1}, fn::EmaSquare{o.beta2},
+                             fn::AdamWUpdate{1.0 - lr * o.weight_decay, lr / bc1, std::sqrt(bc2), o.eps}},
+            p, m, v, g, p_rounded);
+      });
     }
   }
 

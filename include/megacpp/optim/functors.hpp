@@ -99,4 +99,12 @@ struct MuonUpdate {
   }
 };
 
+/// Muon's update of one weight element in place (B::update_in_place's one-state form, which can
+/// write the weight's bf16 rounding in the same pass): p = MuonUpdate(p, o).
+struct MuonStep {
+  MuonUpdate update;  ///< p from (p, o)
+  /// Updates p in place from the orthogonalised update o.
+  template <class T> MEGACPP_HD void operator()(T& p, T o) const { p = update(p, o); }
+};
+
 }  // namespace megacpp::fn

@@ -339,14 +339,14 @@ class Muon {
     newton_schulz<Coefficients, T, B>(g, out, ws, ns_steps(o));
   }
 
-  // W = W (1 - lr wd) - lr scale(R, C) O (nothing for a matrix without a gradient)
+  // W = W (1 - lr wd) - lr scale(R, C) O (nothing for a matrix without a gradient), in one pass
+  // that also writes W's bf16 copy when mixed-precision products read one (Var::update_value).
   void apply(Slot& s, const T* update) {
     if (!s.param.has_grad()) return;
     const MuonOptions& o = groups_[s.group].options;
     const double lr = o.lr * lr_scale_;
-    T* w = s.param.value().data();
-    B::template map<T>(1, s.numel(), fn::MuonUpdate{1.0 - lr * o.weight_decay, lr * ShapeScale::factor(s.rows, s.cols)},
-                       w, In<T>{w}, In<T>{update});
+    const fn::MuonStep step{fn::MuonUpdate{1.0 - lr * o.weight_decay, lr * ShapeScale::factor(s.rows, s.cols)}};
+    s.param.var.update_value([&](T* w, bf16* w_rounded) { B::template update_in_place<T>(s.numel(), step, w, update, w_rounded); });
   }
 
   std::vector<Group> groups_;

@@ -71,9 +71,17 @@ struct Cpu {
   /// out[r, c] = f(ins[r, c]...) over a (rows, cols) grid; broadcast operands index by c only.
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cpu::map<T>(rows, cols, f, out, ins...); }
-  /// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (an optimiser step in one pass).
+  /// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (an optimiser step in one pass);
+  /// with `a_rounded`, also a_rounded[i] = bf16(a[i]) after the update (the weight's bf16 copy).
   template <class T, class F>
-  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) { cpu::update_in_place<T>(n, f, a, b, c, x); }
+  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded = nullptr) {
+    cpu::update_in_place<T>(n, f, a, b, c, x, a_rounded);
+  }
+  /// f(a[i], x[i]) for i < n, updating a in place (Muon's weight update); a_rounded as above.
+  template <class T, class F>
+  static void update_in_place(index_t n, F f, T* a, const T* x, bf16* a_rounded = nullptr) {
+    cpu::update_in_place<T>(n, f, a, x, a_rounded);
+  }
   /// out[o, i] = beta * out[o, i] + scale * sum_j f(ins[o, j, i]...), x viewed as (outer, n, inner);
   /// each output summed by one thread in a fixed order (deterministic).
   template <class T, class F, class... Ins>

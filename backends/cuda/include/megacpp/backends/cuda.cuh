@@ -81,7 +81,13 @@ struct Cuda {
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cuda::map<T>(rows, cols, f, out, ins...); }
   template <class T, class F>
-  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) { cuda::update_in_place<T>(n, f, a, b, c, x); }
+  static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded = nullptr) {
+    cuda::update_in_place<T>(n, f, a, b, c, x, a_rounded);
+  }
+  template <class T, class F>
+  static void update_in_place(index_t n, F f, T* a, const T* x, bf16* a_rounded = nullptr) {
+    cuda::update_in_place<T>(n, f, a, x, a_rounded);
+  }
   template <class T, class F, class... Ins>
   static void reduce(index_t outer, index_t n, index_t inner, F f, T scale, T beta, T* out, Ins... ins) {
     cuda::reduce<T>(outer, n, inner, f, scale, beta, out, ins...);

@@ -45,11 +45,36 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
 }
 
 // f(a[i], b[i], c[i], x[i]) for i < n, f updating a, b, c in place: an optimiser step in one pass
-// over its state (AdamW's parameter and two moments from the gradient: fn::AdamWStep).
+// over its state (AdamW's parameter and two moments from the gradient: fn::AdamWStep). With
+// `a_rounded`, also a_rounded[i] = the new a[i] rounded to bf16 as convert rounds it (nearest
+// even): the parameter's copy for mixed-precision products, written in the same pass (Var::update_value).
 template <class T, class F>
-void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
+void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded = nullptr) {
   parallel_chunks(n, 8, [&](index_t begin, index_t end) {
-    for (index_t i = begin; i < end; ++i) f(a[i], b[i], c[i], x[i]);
+    if (a_rounded) {
+      for (index_t i = begin; i < end; ++i) {
+        f(a[i], b[i], c[i], x[i]);
+        a_rounded[i] = convert_element<bf16>(a[i]);
+      }
+    } else {
+      for (index_t i = begin; i < end; ++i) f(a[i], b[i], c[i], x[i]);
+    }
+  });
+}
+
+// The one-state form: f(a[i], x[i]) updating a in place (Muon's weight update: fn::MuonStep), and
+// a_rounded[i] = bf16(a[i]) when asked, as above.
+template <class T, class F>
+void update_in_place(index_t n, F f, T* a, const T* x, bf16* a_rounded = nullptr) {
+  parallel_chunks(n, 8, [&](index_t begin, index_t end) {
+    if (a_rounded) {
+      for (index_t i = begin; i < end; ++i) {
+        f(a[i], x[i]);
+        a_rounded[i] = convert_element<bf16>(a[i]);
+      }
+    } else {
+      for (index_t i = begin; i < end; ++i) f(a[i], x[i]);
+    }
   });
 }
 

@@ -58,16 +58,21 @@ __global__ void map_packet_kernel(index_t packets, index_t cols, bool any_broadc
   }
 }
 
-// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (cpu/detail/elementwise.hpp).
+// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place, and a_rounded[i] = bf16(a[i])
+// when a_rounded is not null (cpu/detail/elementwise.hpp).
 template <class T, class F>
-__global__ void update_in_place_kernel(index_t n, F f, T* a, T* b, T* c, const T* x) {
-  for (index_t i = global_thread(); i < n; i += grid_stride()) f(a[i], b[i], c[i], x[i]);
+__global__ void update_in_place_kernel(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    f(a[i], b[i], c[i], x[i]);
+    if (a_rounded) a_rounded[i] = convert_element<bf16>(a[i]);
+  }
 }
 
-// The same a packet of each per thread (AdamW's step reads four tensors and writes three).
+// The same a packet of each per thread (AdamW's step reads four tensors and writes three, and the
+// parameter's bf16 rounding when asked: kSize bf16 stores per thread, a warp's stores contiguous).
 template <class T, class F>
 __global__ void update_in_place_packet_kernel(index_t packets, F f, Packet<T>* a, Packet<T>* b, Packet<T>* c,
-                                              const Packet<T>* x) {
+                                              const Packet<T>* x, bf16* a_rounded) {
   for (index_t p = global_thread(); p < packets; p += grid_stride()) {
     Packet<T> pa = a[p], pb = b[p], pc = c[p];
     const Packet<T> px = x[p];
@@ -76,6 +81,33 @@ __global__ void update_in_place_packet_kernel(index_t packets, F f, Packet<T>* a
     a[p] = pa;
     b[p] = pb;
     c[p] = pc;
+    if (a_rounded) {
+#pragma unroll
+      for (int e = 0; e < Packet<T>::kSize; ++e) a_rounded[p * Packet<T>::kSize + e] = convert_element<bf16>(pa.e[e]);
+    }
+  }
+}
+
+// The one-state form, f(a[i], x[i]) (Muon's weight update), element and packet kernels.
+template <class T, class F>
+__global__ void update_one_in_place_kernel(index_t n, F f, T* a, const T* x, bf16* a_rounded) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) {
+    f(a[i], x[i]);
+    if (a_rounded) a_rounded[i] = convert_element<bf16>(a[i]);
+  }
+}
+template <class T, class F>
+__global__ void update_one_in_place_packet_kernel(index_t packets, F f, Packet<T>* a, const Packet<T>* x, bf16* a_rounded) {
+  for (index_t p = global_thread(); p < packets; p += grid_stride()) {
+    Packet<T> pa = a[p];
+    const Packet<T> px = x[p];
+#pragma unroll
+    for (int e = 0; e < Packet<T>::kSize; ++e) f(pa.e[e], px.e[e]);
+    a[p] = pa;
+    if (a_rounded) {
+#pragma unroll
+      for (int e = 0; e < Packet<T>::kSize; ++e) a_rounded[p * Packet<T>::kSize + e] = convert_element<bf16>(pa.e[e]);
+    }
   }
 }
 

@@ -39,21 +39,37 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
 }
 
 template <class T, class F>
-void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x) {
+void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded) {
   if (n == 0) return;
   if constexpr (kHasPacket<T>) {
     constexpr index_t kSize = Packet<T>::kSize;
-    if (fits_packets<T>(n, {a, b, c, x})) {
+    if (fits_packets<T>(n, {a, b, c, x})) {  // a_rounded is written a bf16 at a time: any alignment
       const index_t packets = n / kSize;
       update_in_place_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(
           packets, f, reinterpret_cast<Packet<T>*>(a), reinterpret_cast<Packet<T>*>(b), reinterpret_cast<Packet<T>*>(c),
-          reinterpret_cast<const Packet<T>*>(x));
+          reinterpret_cast<const Packet<T>*>(x), a_rounded);
       MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_packet_kernel);
       return;
     }
   }
-  update_in_place_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, a, b, c, x);
+  update_in_place_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, a, b, c, x, a_rounded);
   MEGACPP_CUDA_CHECK_LAUNCH(update_in_place_kernel);
+}
+
+template <class T, class F>
+void update_in_place(index_t n, F f, T* a, const T* x, bf16* a_rounded) {
+  if (n == 0) return;
+  if constexpr (kHasPacket<T>) {
+    if (fits_packets<T>(n, {a, x})) {  // a_rounded is written a bf16 at a time: any alignment
+      const index_t packets = n / Packet<T>::kSize;
+      update_one_in_place_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(
+          packets, f, reinterpret_cast<Packet<T>*>(a), reinterpret_cast<const Packet<T>*>(x), a_rounded);
+      MEGACPP_CUDA_CHECK_LAUNCH(update_one_in_place_packet_kernel);
+      return;
+    }
+  }
+  update_one_in_place_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, a, x, a_rounded);
+  MEGACPP_CUDA_CHECK_LAUNCH(update_one_in_place_kernel);
 }
 
 template <class T>
