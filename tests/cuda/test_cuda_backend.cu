@@ -334,8 +334,10 @@ std::string check_allocation_failure() {
 // Uploads past what launches' parameters carry (63,488 bytes), up to kMaxStagedCopy, go through
 // reused pinned blocks (memory.cuh, pinned_staging.cuh): no host wait, the bytes the caller had at
 // the call even when it overwrites them at once, ordered after a kernel queued before that still
-// reads the old values, and no new pinned memory once a loop's sizes have their blocks. A larger
-// upload waits once (a pageable cudaMemcpy).
+// reads the old values, and no new pinned memory once a loop's sizes have their blocks. Uploads
+// queued behind ~7 ms of kernels (their blocks still in flight when the next upload comes) each
+// land their own values: no block is reused before its copy has run. A larger upload waits once
+// (a pageable cudaMemcpy).
 std::string check_staged_uploads() {
   constexpr std::size_t n = 40000;  // 160,000 bytes of float
   const auto values = [](float salt) {
@@ -371,6 +373,23 @@ std::string check_staged_uploads() {
   if (Cuda::pinned_staging_bytes() != pinned)
     return "pinned staging grew from " + std::to_string(pinned) + " to " + std::to_string(Cuda::pinned_staging_bytes()) +
            " bytes over steps of the same uploads";
+  {
+    constexpr index_t kBusy = index_t{1} << 26;  // 256 MiB: 40 passes keep the GPU busy for milliseconds
+    CudaTensor<float> busy = CudaTensor<float>::full(Shape{kBusy}, 1.0f);
+    std::vector<CudaTensor<float>> targets;
+    for (int i = 0; i < 4; ++i) targets.emplace_back(Shape{count});
+    const std::uint64_t busy_waits = Cuda::host_waits_during([&] {
+      for (int pass = 0; pass < 40; ++pass) Cuda::map<float>(1, kBusy, fn::Scale{1.0}, busy.data(), In<float>{busy.data()});
+      for (int i = 0; i < 4; ++i) {
+        const std::vector<float> v = values(static_cast<float>(10 + i));  // gone when the call returns
+        Cuda::copy_from_host(targets[static_cast<std::size_t>(i)].data(), v.data(), n);
+      }
+    });
+    if (busy_waits != 0) return "uploads behind busy kernels made the host wait " + std::to_string(busy_waits) + " times";
+    for (int i = 0; i < 4; ++i)
+      if (targets[static_cast<std::size_t>(i)].to_host() != values(static_cast<float>(10 + i)))
+        return "upload " + std::to_string(i) + " behind busy kernels did not land its own values";
+  }
   const std::size_t large = cuda::kMaxStagedCopy / sizeof(float) + 1;
   std::vector<float> big(large);
   for (std::size_t i = 0; i < large; ++i) big[i] = static_cast<float>(i % 4096);

@@ -173,6 +173,8 @@ std::size_t EmulatedElementwise::inline_upload_limit() { return cuda::kInlineUpl
   template void EmulatedElementwise::map<T, fn::AccumulateOf<fn::Mul>, In<T>, In<T>, In<T>>(                    \
       index_t, index_t, fn::AccumulateOf<fn::Mul>, T*, In<T>, In<T>, In<T>);                                    \
   template void EmulatedElementwise::map<T, fn::Relu2, In<T>>(index_t, index_t, fn::Relu2, T*, In<T>);          \
+  template void EmulatedElementwise::map<T, fn::MuonUpdate, In<T>, In<T>>(index_t, index_t, fn::MuonUpdate, T*, In<T>, \
+                                                                          In<T>);                               \
   template void EmulatedElementwise::update_in_place<T, fn::AdamWStep>(index_t, fn::AdamWStep, T*, T*, T*,      \
                                                                        const T*, bf16*);                        \
   template void EmulatedElementwise::update_in_place<T, fn::MuonStep>(index_t, fn::MuonStep, T*, const T*, bf16*); \

@@ -242,6 +242,32 @@ TEST_CASE("elementwise: AdamW's and Muon's bf16 rounding of the parameter on the
   }
 }
 
+// On the emulator itself, bit for bit: writing the rounding leaves AdamW's p, m, v and Muon's w as
+// without it, and Muon's one-state update equals the map of fn::MuonUpdate it replaced.
+template <class T>
+void check_rounding_leaves_updates() {
+  const Outputs<T> adamw_outs = adamw<T, EmulatedElementwise>(), muon_outs = muon<T, EmulatedElementwise>();
+  REQUIRE(adamw_outs.size() == 12);  // (p, m, v) x 2 shapes, without then with the rounding
+  for (std::size_t i = 0; i < 6; ++i) CHECK(same_bits(adamw_outs[i], adamw_outs[i + 6]));
+  REQUIRE(muon_outs.size() == 4);
+  for (std::size_t i = 0; i < 2; ++i) CHECK(same_bits(muon_outs[i], muon_outs[i + 2]));
+  for (const auto& [n, offset] : {std::pair<index_t, index_t>{1000, 0}, {1001, 1}}) {
+    const auto size = static_cast<std::size_t>(n + offset);
+    std::vector<T> mapped = draw<T>(size, 14), stepped = mapped;
+    const std::vector<T> o = draw<T>(size, 15);
+    const fn::MuonUpdate update{0.998, 0.03};
+    EmulatedElementwise::map<T>(1, n, update, mapped.data() + offset, In<T>{mapped.data() + offset}, In<T>{o.data() + offset});
+    EmulatedElementwise::update_in_place<T>(n, fn::MuonStep{update}, stepped.data() + offset, o.data() + offset);
+    CHECK(same_bits(mapped, stepped));
+  }
+}
+
+TEST_CASE("elementwise: on the emulator, the bf16 rounding leaves the updates' bits; MuonStep is the map it replaced",
+          "[elementwise]") {
+  check_rounding_leaves_updates<float>();
+  check_rounding_leaves_updates<double>();
+}
+
 TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on the emulator match the CPU, float",
           "[elementwise]") {
   check_against_cpu<float>();

@@ -1,12 +1,17 @@
 // tests/cuda_emulation/test_pinned_staging.cpp: the pinned staging policy (detail/pinned_staging.cuh)
-// over a stand-in runtime whose "GPU" runs the queued copies only when the test says so: a copy
-// lands the bytes the caller had at the call even when the caller overwrites them at once; a block
-// whose copy has not run is never written again; blocks are reused once it has, per size and
-// device, so a loop of steps stops allocating after its first; the cap, the largest staged copy
-// and a failed allocation refuse the copy (false, nothing queued); a failed event frees its block.
+// over a stand-in runtime whose "GPU" runs the queued copies and event records only when the test
+// says so (all of them, or the first k): a copy lands the bytes the caller had at the call even
+// when the caller overwrites them at once; the event is recorded after the copy; a block whose copy
+// has not run is never written again; blocks are reused once it has, the smallest free one that
+// holds the copy, per device, so a loop of steps stops allocating after its first; completed blocks
+// are freed to make room under the cap and by release(), blocks in flight never; the cap, the
+// largest staged copy and a failed allocation refuse the copy (false, nothing queued); a failed
+// event frees its block; a failed record retires its block.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -34,15 +39,18 @@ struct FakeGpu {
   std::vector<bool> event_done;
   std::map<void*, std::unique_ptr<unsigned char[]>> pinned;
   int device = 0;
-  bool fail_allocation = false, fail_event = false;
-  int freed = 0;
+  bool fail_allocation = false, fail_event = false, fail_record = false;
+  int freed = 0, destroyed = 0;
 
-  void run_gpu() {
-    for (const Work& w : queue) {
+  // Runs the first `count` queued items (all by default), in order.
+  void run_gpu(std::size_t count = SIZE_MAX) {
+    const std::size_t n = std::min(count, queue.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const Work& w = queue[i];
       if (w.event >= 0) event_done[static_cast<std::size_t>(w.event)] = true;
       else std::memcpy(w.dst, w.src, w.bytes);
     }
-    queue.clear();
+    queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
   }
 };
 
@@ -66,12 +74,14 @@ struct FakeRuntime {
     gpu->event_done.push_back(false);
     return static_cast<int>(gpu->event_done.size()) - 1;
   }
+  void destroy_event(Event) const { ++gpu->destroyed; }
   bool completed(Event e) const { return gpu->event_done[static_cast<std::size_t>(e)]; }
   void copy_async(void* dst, const void* pinned, std::size_t bytes) const {
     REQUIRE(gpu->pinned.count(const_cast<void*>(pinned)) == 1);  // only ever from a pinned block
     gpu->queue.push_back({dst, pinned, bytes, -1});
   }
   void record(Event e) const {
+    if (gpu->fail_record) throw std::runtime_error("cudaEventRecord failed (stand-in)");
     gpu->event_done[static_cast<std::size_t>(e)] = false;  // re-recorded: pending again
     gpu->queue.push_back({nullptr, nullptr, 0, e});
   }
@@ -206,6 +216,87 @@ TEST_CASE("pinned staging: an event that cannot be made frees its block and thro
   CHECK(staging.blocks() == 0);
   gpu.fail_event = false;
   REQUIRE(staging.upload(d.data(), src.data(), src.size()));  // usable afterwards
+  gpu.run_gpu();
+  CHECK(d == src);
+}
+
+TEST_CASE("pinned staging: the event is recorded after the copy, so a block is not reused before its copy ran",
+          "[pinned_staging]") {
+  FakeGpu gpu;
+  Staging staging(FakeRuntime{&gpu});
+  const std::vector<unsigned char> a = bytes_of(70000, 1), b = bytes_of(70000, 2);
+  std::vector<unsigned char> da(70000), db(70000);
+  REQUIRE(staging.upload(da.data(), a.data(), a.size()));
+  REQUIRE(gpu.queue.size() == 2);
+  CHECK(gpu.queue[0].event < 0);   // the copy first,
+  CHECK(gpu.queue[1].event >= 0);  // then the record
+  gpu.run_gpu(1);                  // the copy has run, the record not yet: the block is still busy
+  REQUIRE(staging.upload(db.data(), b.data(), b.size()));
+  CHECK(staging.blocks() == 2);
+  gpu.run_gpu();
+  CHECK(da == a);
+  CHECK(db == b);
+}
+
+TEST_CASE("pinned staging: the smallest free block that holds the copy serves it", "[pinned_staging]") {
+  FakeGpu gpu;
+  Staging staging(FakeRuntime{&gpu});
+  const std::vector<unsigned char> big = bytes_of(300000, 1), mid = bytes_of(100000, 2), small = bytes_of(70000, 3);
+  std::vector<unsigned char> d1(300000), d2(100000), d3(70000);
+  REQUIRE(staging.upload(d1.data(), big.data(), big.size()));   // a 512 KiB block
+  REQUIRE(staging.upload(d2.data(), mid.data(), mid.size()));   // a 128 KiB block
+  gpu.run_gpu();
+  REQUIRE(staging.upload(d3.data(), small.data(), small.size()));  // takes the 128 KiB one
+  REQUIRE(staging.upload(d2.data(), mid.data(), mid.size()));      // 128 KiB in flight: the 512 KiB one
+  CHECK(staging.blocks() == 2);
+  CHECK(staging.pinned_bytes() == 10 * kMinPinnedBlock);
+  gpu.run_gpu();
+  CHECK(d3 == small);
+  CHECK(d2 == mid);
+}
+
+TEST_CASE("pinned staging: completed blocks are freed to make room under the cap, and by release(); busy ones never",
+          "[pinned_staging]") {
+  FakeGpu gpu;
+  Staging staging(FakeRuntime{&gpu}, /*limit=*/4 * kMinPinnedBlock);
+  const std::vector<unsigned char> small = bytes_of(kMinPinnedBlock, 1), large = bytes_of(3 * kMinPinnedBlock, 2);
+  std::vector<unsigned char> d(kMinPinnedBlock), dl(3 * kMinPinnedBlock);
+  for (int i = 0; i < 3; ++i) REQUIRE(staging.upload(d.data(), small.data(), small.size()));
+  gpu.run_gpu(2);  // the first block's copy and record have run; the others are in flight
+  // 3 x 64 KiB held, a 256 KiB block needed under a 256 KiB cap: the completed block is freed,
+  // which is not enough room with two in flight, so the copy is refused.
+  CHECK_FALSE(staging.upload(dl.data(), large.data(), large.size()));
+  CHECK(gpu.freed == 1);
+  CHECK(gpu.destroyed == 1);
+  CHECK(staging.pinned_bytes() == 2 * kMinPinnedBlock);
+  gpu.run_gpu();
+  REQUIRE(staging.upload(dl.data(), large.data(), large.size()));  // both freed now: room
+  CHECK(gpu.freed == 3);
+  CHECK(staging.pinned_bytes() == 4 * kMinPinnedBlock);
+  CHECK_FALSE(staging.upload(d.data(), small.data(), small.size()));  // no room, and nothing completed to free
+  staging.release();  // the block is in flight: nothing freed
+  CHECK(gpu.freed == 3);
+  gpu.run_gpu();
+  CHECK(dl == large);
+  staging.release();
+  CHECK(gpu.freed == 4);
+  CHECK(staging.pinned_bytes() == 0);
+  CHECK(staging.blocks() == 0);
+}
+
+TEST_CASE("pinned staging: a record that fails retires its block (its copy may be in flight)", "[pinned_staging]") {
+  FakeGpu gpu;
+  Staging staging(FakeRuntime{&gpu});
+  const std::vector<unsigned char> src = bytes_of(70000, 4);
+  std::vector<unsigned char> d(70000);
+  gpu.fail_record = true;
+  CHECK_THROWS_AS(staging.upload(d.data(), src.data(), src.size()), std::runtime_error);
+  CHECK(staging.blocks() == 0);                            // never handed out again
+  CHECK(staging.pinned_bytes() == 2 * kMinPinnedBlock);    // and still counted against the cap
+  gpu.fail_record = false;
+  gpu.run_gpu();
+  REQUIRE(staging.upload(d.data(), src.data(), src.size()));  // a new block
+  CHECK(staging.blocks() == 1);
   gpu.run_gpu();
   CHECK(d == src);
 }

@@ -54,8 +54,8 @@ struct VarState final : VarStateBase {
 
   Tensor<T, B> value;
   Tensor<T, B> grad;  // undefined until a gradient flows here
-  // value rounded to bf16, made by the first bf16 product that reads it (Var::value_as_bf16),
-  // and, for a leaf, the value's write count it was made at
+  // value rounded to bf16, made by the first bf16 product that reads it (Var::value_as_bf16) or
+  // by an optimizer's update (Var::update_value); for a leaf, the value's write count it is of
   Tensor<bf16, B> value_bf16;
   std::uint64_t value_bf16_writes = 0;
 };
@@ -144,9 +144,9 @@ class Var {
   ///   for their backward;
   /// - a leaf (a parameter) changes in place: optimizer steps, checkpoint loads, the data-parallel
   ///   broadcast and plasticity resets write its storage. Its storage counts mutable accesses
-  ///   (Tensor::count_writes), and the copy is remade when the count moved, so a weight is cast
-  ///   once per optimizer step however many micro-batches (and forward/backward reads) use it
-  ///   before the next write, as torch.autocast's weight cast cache does within a step.
+  ///   (Tensor::count_writes), and the copy is remade when the count moved: at most one cast per
+  ///   optimizer step however many micro-batches use it, as torch.autocast's weight cast cache
+  ///   (none when the optimizer wrote the copy with the weight: update_value).
   /// The copy of a leaf outlives the step: half the weight's fp32 bytes, held until the next cast.
   Tensor<bf16, B> value_as_bf16() const {
     detail::VarState<T, B>& s = *state_;

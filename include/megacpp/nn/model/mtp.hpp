@@ -109,7 +109,7 @@ struct MultiTokenPrediction {
   /// pass over them. The targets and the mask are rolled on the host: from the host copies that
   /// BoundedIds and LossMask made by `from_host` keep (nothing read back), else read back once.
   /// The rolled ones are checked and summed on the host before their upload (on a GPU, a copy that
-  /// waits only above 4 MiB: more than a million tokens).
+  /// waits only above 4 MiB, a million tokens, or when the pinned staging's cap is full).
   V loss(const V& h, const V& embedding, const BoundedIds<B>& targets, const LossMask<T, B>& loss_mask,
          const DocumentLayout<B>& docs, double norm_eps, const LinearCrossEntropyOptions& head) const {
     const char* op = "MultiTokenPrediction::loss";

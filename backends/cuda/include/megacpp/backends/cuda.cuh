@@ -54,7 +54,8 @@ struct Cuda {
   template <class From, class To> static void convert(std::size_t n, const From* src, To* dst) { cuda::convert<From, To>(n, src, dst); }
   static MemoryStats memory_stats() { return cuda::memory_stats(); }
   static void reset_peak_memory() { cuda::reset_peak_memory(); }
-  // Returns the cached free device blocks to the driver (allocations reuse freed blocks: memory.cuh).
+  // Returns the cached free device blocks to the driver (allocations reuse freed blocks: memory.cuh),
+  // and the pinned staging blocks whose copies have completed.
   static void empty_cache() { cuda::empty_cache(); }
   static void synchronize() { cuda::synchronize(); }
   // Page-locked host memory held for staging uploads (memory.cuh; grows only while a step's

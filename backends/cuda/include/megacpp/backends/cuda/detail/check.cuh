@@ -56,7 +56,7 @@ namespace megacpp::cuda {
 inline const cudaStream_t kStream = cudaStreamLegacy;
 
 // Every time the backend makes the host wait for the GPU (a device-to-host read, a host-to-device
-// copy too large to be staged through pinned memory, synchronize(), the index range check's and
+// copy not staged through pinned memory (too large, or no room), synchronize(), the index range check's and
 // the MoE routing's read-backs, cudaFree when the block cache is emptied), counted per process: the host waits a step makes are what keeps it
 // from running ahead of the GPU, and tests and benches read the count (Cuda::host_waits()) to say
 // how many there are and to keep them from creeping back.

@@ -69,7 +69,7 @@ __global__ void update_in_place_kernel(index_t n, F f, T* a, T* b, T* c, const T
 }
 
 // The same a packet of each per thread (AdamW's step reads four tensors and writes three, and the
-// parameter's bf16 rounding when asked: kSize bf16 stores per thread, a warp's stores contiguous).
+// parameter's bf16 rounding when asked: kSize 2-byte stores per thread, any alignment).
 template <class T, class F>
 __global__ void update_in_place_packet_kernel(index_t packets, F f, Packet<T>* a, Packet<T>* b, Packet<T>* c,
                                               const Packet<T>* x, bf16* a_rounded) {

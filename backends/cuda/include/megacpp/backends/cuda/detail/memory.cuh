@@ -133,9 +133,6 @@ void deallocate(T* p, std::size_t n) {
   memory_counter().released(bytes);
 }
 
-// Returns the cached free blocks to the driver (e.g. before handing the GPU to another library).
-inline void empty_cache() { block_cache().release(); }
-
 // n elements of device scratch for the duration of one kernel call, returned to the cache on every
 // exit path (exceptions included). Reuse is stream-ordered, so the kernels queued on it finish
 // first.
@@ -174,9 +171,10 @@ struct PinnedStagingRuntime {
     return nullptr;
   }
   void free_pinned(void* p) const {
-    note_host_wait();  // cudaFreeHost waits for the device
+    note_host_wait();  // cudaFreeHost synchronizes the device
     cudaFreeHost(p);
   }
+  void destroy_event(Event e) const { cudaEventDestroy(e); }  // as a deleter: an error is not raised here
   Event make_event() const {
     cudaEvent_t e = nullptr;
     MEGACPP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -201,6 +199,13 @@ struct PinnedStagingRuntime {
 inline PinnedStaging<PinnedStagingRuntime>& pinned_staging() {
   static auto* staging = new PinnedStaging<PinnedStagingRuntime>(PinnedStagingRuntime{});
   return *staging;
+}
+
+// Returns the cached free blocks to the driver (e.g. before handing the GPU to another library),
+// and the pinned staging blocks whose copies have completed.
+inline void empty_cache() {
+  block_cache().release();
+  pinned_staging().release();
 }
 
 // Host -> device; the caller may reuse `src` on return and later kernels on the stream see the

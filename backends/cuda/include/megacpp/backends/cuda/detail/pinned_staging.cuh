@@ -10,12 +10,15 @@
 // not written again until an event recorded after its copy has completed (cudaEventQuery: no wait),
 // the rule PyTorch's CachingHostAllocator follows for pinned memory handed to a stream. A training
 // loop uploads the same sizes every step, and the step before ended with a read back, so its blocks
-// are free again: after the first step no block is allocated and no copy waits.
+// are free again: after the first step no block is allocated and no copy waits, as long as one
+// step's uploads fit in the cap together (a step queues all of its micro-batches' before it reads).
 //
-// Blocks come in powers of two from kMinPinnedBlock, are kept per device (an event records on the
-// device it was made on) and never returned (cudaFreeHost waits for the device). Their total is
-// capped: a copy that would take a new block past the cap, or whose allocation fails, is refused
-// (upload() returns false) and the caller takes the waiting pageable path instead.
+// Blocks come in powers of two from kMinPinnedBlock and are kept per device (an event records on
+// the device it was made on); a copy takes the smallest free block of its device that holds it.
+// cudaFreeHost synchronizes the device (why PyTorch caches pinned blocks), so blocks are freed
+// only to make room under the cap (the completed ones, each a counted wait) and by release()
+// (Cuda::empty_cache). A copy that finds no room even then, or whose allocation fails, is
+// refused (upload() returns false) and the caller takes the waiting pageable path instead.
 #pragma once
 #include "megacpp/backends/cuda/detail/guard.cuh"
 
@@ -36,7 +39,8 @@ inline constexpr std::size_t kMaxStagedCopy = std::size_t{4} << 20;       // 4 M
 inline constexpr std::size_t kPinnedStagingLimit = std::size_t{64} << 20;  // 64 MiB per process
 
 // Runtime: `Event`; `int device()` (the current one); `void* allocate_pinned(std::size_t)`
-// (nullptr on failure) and `void free_pinned(void*)`; `Event make_event()` (throws on failure);
+// (nullptr on failure) and `void free_pinned(void*)`; `Event make_event()` (throws on failure) and
+// `void destroy_event(Event)`;
 // `bool completed(Event)` (never waits); `void copy_async(void* dst, const void* pinned,
 // std::size_t bytes)` and `void record(Event)`, queued on the stream after the work before them.
 template <class Runtime>
@@ -60,13 +64,28 @@ class PinnedStaging {
   bool upload(void* dst, const void* src, std::size_t bytes) {
     if (bytes > max_copy_) return false;
     const std::lock_guard<std::mutex> lock(mutex_);  // a block is taken and its event recorded as one step
-    Block* block = free_block(runtime_.device(), block_size(bytes));
-    if (!block) return false;
-    std::memcpy(block->host, src, bytes);
-    runtime_.copy_async(dst, block->host, bytes);
-    runtime_.record(block->copied);
-    block->queued = true;
+    const int device = runtime_.device();
+    const auto [key, index] = free_block(device, block_size(bytes));
+    if (index < 0) return false;
+    Block& block = blocks_[key][static_cast<std::size_t>(index)];
+    std::memcpy(block.host, src, bytes);
+    runtime_.copy_async(dst, block.host, bytes);
+    try {
+      runtime_.record(block.copied);
+    } catch (...) {
+      // The copy may be in flight with no event after it: the block is never handed out again
+      // (nor freed: its bytes stay counted against the cap).
+      blocks_[key].erase(blocks_[key].begin() + index);
+      throw;
+    }
+    block.queued = true;
     return true;
+  }
+
+  // Frees every block whose copy has completed (those in flight stay): each free waits for the device.
+  void release() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, list] : blocks_) free_completed(key, list);
   }
 
   std::size_t pinned_bytes() const {
@@ -79,23 +98,30 @@ class PinnedStaging {
     for (const auto& [key, list] : blocks_) n += list.size();
     return n;
   }
-  Runtime& runtime() { return runtime_; }
 
  private:
+  using Key = std::pair<int, std::size_t>;  // (device, block size)
   struct Block {
     void* host;
     Event copied;         // recorded after the last copy out of this block
     bool queued = false;  // a copy has been queued (before the first, `copied` was never recorded)
   };
 
-  // A block of `size` on `device` whose last copy has completed, a new one if the cap allows, or null.
-  Block* free_block(int device, std::size_t size) {
-    std::vector<Block>& list = blocks_[{device, size}];
-    for (Block& b : list)
-      if (!b.queued || runtime_.completed(b.copied)) return &b;
-    if (size > limit_ - pinned_bytes_) return nullptr;
+  bool is_free(const Block& b) { return !b.queued || runtime_.completed(b.copied); }
+
+  // The smallest free block of at least `size` on `device`; else a new block of `size` if the cap
+  // allows, after freeing completed blocks to make room; else index -1.
+  std::pair<Key, std::ptrdiff_t> free_block(int device, std::size_t size) {
+    for (auto it = blocks_.lower_bound({device, size}); it != blocks_.end() && it->first.first == device; ++it)
+      for (std::size_t i = 0; i < it->second.size(); ++i)
+        if (is_free(it->second[i])) return {it->first, static_cast<std::ptrdiff_t>(i)};
+    const Key key{device, size};
+    if (size > limit_ - pinned_bytes_)
+      for (auto& [other, list] : blocks_)
+        if (size > limit_ - pinned_bytes_) free_completed(other, list);
+    if (size > limit_ - pinned_bytes_) return {key, -1};
     void* host = runtime_.allocate_pinned(size);
-    if (!host) return nullptr;
+    if (!host) return {key, -1};
     Event copied;
     try {
       copied = runtime_.make_event();
@@ -104,15 +130,31 @@ class PinnedStaging {
       throw;
     }
     pinned_bytes_ += size;
+    std::vector<Block>& list = blocks_[key];
     list.push_back(Block{host, copied});
-    return &list.back();
+    return {key, static_cast<std::ptrdiff_t>(list.size() - 1)};
+  }
+
+  // Frees the blocks of `list` (blocks of size key.second) whose last copy has completed.
+  void free_completed(const Key& key, std::vector<Block>& list) {
+    std::vector<Block> kept;
+    for (Block& b : list) {
+      if (!is_free(b)) {
+        kept.push_back(b);
+        continue;
+      }
+      runtime_.free_pinned(b.host);
+      runtime_.destroy_event(b.copied);
+      pinned_bytes_ -= key.second;
+    }
+    list = std::move(kept);
   }
 
   Runtime runtime_;
   std::size_t limit_, max_copy_;
   std::size_t pinned_bytes_ = 0;
   mutable std::mutex mutex_;
-  std::map<std::pair<int, std::size_t>, std::vector<Block>> blocks_;  // (device, size) -> blocks
+  std::map<Key, std::vector<Block>> blocks_;
 };
 
 }  // namespace megacpp::cuda
