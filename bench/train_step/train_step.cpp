@@ -178,14 +178,23 @@ struct StepBench {
   }
 };
 
-// Two models' steps timed round-robin, so the ratio of their times sees one machine state.
+// Two prepared steps timed round-robin, so the ratio of their times sees one machine state: their
+// median seconds per step.
+template <class First, class Second>
+std::pair<double, double> round_robin_seconds(const bench::BenchArgs& args, First& first, const char* first_name,
+                                              Second& second, const char* second_name) {
+  const auto t = bench::time_interleaved({{first_name, [&] { first.step(); }}, {second_name, [&] { second.step(); }}},
+                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  return {t[0].median_s, t[1].median_s};
+}
+
+// Two models' steps timed round-robin.
 template <class First, class Second>
 std::pair<StepFigures, StepFigures> time_pair(const bench::BenchArgs& args, const char* first_name, const char* second_name) {
   StepBench<First> first;
   StepBench<Second> second;
-  const auto t = bench::time_interleaved({{first_name, [&] { first.step(); }}, {second_name, [&] { second.step(); }}},
-                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
-  return {first.figures(t[0].median_s, first_name), second.figures(t[1].median_s, second_name)};
+  const auto [first_s, second_s] = round_robin_seconds(args, first, first_name, second, second_name);
+  return {first.figures(first_s, first_name), second.figures(second_s, second_name)};
 }
 
 // The bf16 dense step as kBatch micro-batches of one row: weights cast once per step (the cache)
@@ -199,9 +208,7 @@ struct AccumulationFigures {
 AccumulationFigures time_accumulation(const bench::BenchArgs& args) {
   StepBench<DenseBf16Model> cached(true), recast(true);
   recast.recast_per_micro_batch = true;
-  const auto t = bench::time_interleaved({{"dense-bf16-accum4", [&] { cached.step(); }},
-                                          {"dense-bf16-accum4-recast", [&] { recast.step(); }}},
-                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  const auto [cached_s, recast_s] = round_robin_seconds(args, cached, "dense-bf16-accum4", recast, "dense-bf16-accum4-recast");
   AccumulationFigures f;
   f.recast_copies = cached.recast_copies;
   for (const auto& p : cached.params)
@@ -212,8 +219,8 @@ AccumulationFigures time_accumulation(const bench::BenchArgs& args) {
                                               }}},
                                             args.quick ? 0.2 : 1.0, 3);
   f.cast_ms = cast[0].median_s * 1e3;
-  f.cached = cached.figures(t[0].median_s, "dense-bf16-accum4");
-  f.recast = recast.figures(t[1].median_s, "dense-bf16-accum4-recast");
+  f.cached = cached.figures(cached_s, "dense-bf16-accum4");
+  f.recast = recast.figures(recast_s, "dense-bf16-accum4-recast");
   return f;
 }
 
@@ -226,14 +233,12 @@ struct RoundingFigures {
 RoundingFigures time_rounding_in_update(const bench::BenchArgs& args) {
   StepBench<DenseBf16Model> in_update, cast_per_step;
   cast_per_step.recast_after_step = true;
-  const auto t = bench::time_interleaved({{"dense-bf16", [&] { in_update.step(); }},
-                                          {"dense-bf16-cast-per-step", [&] { cast_per_step.step(); }}},
-                                         args.quick ? 0.5 : 8.0, args.quick ? 1 : 3);
+  const auto [in_update_s, cast_s] = round_robin_seconds(args, in_update, "dense-bf16", cast_per_step, "dense-bf16-cast-per-step");
   RoundingFigures f;
   for (const auto& p : in_update.params)
     if (p.shape().rank() == 2) f.stale_after_step += !p.var.bf16_copy_current();
-  f.in_update = in_update.figures(t[0].median_s, "dense-bf16");
-  f.cast_per_step = cast_per_step.figures(t[1].median_s, "dense-bf16-cast-per-step");
+  f.in_update = in_update.figures(in_update_s, "dense-bf16");
+  f.cast_per_step = cast_per_step.figures(cast_s, "dense-bf16-cast-per-step");
   return f;
 }
 
