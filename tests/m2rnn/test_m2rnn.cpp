@@ -1,12 +1,12 @@
 // M2RNN: the recurrence op against an independent per-document loop, gradcheck (fp64) of the op
 // and of the whole layer, decode == training forward, document isolation (by hand and through the
 // whole-model checker), the 'R' letter in a pattern ("AMR"), and bad input.
+#include "support/document_isolation.hpp"
 #include "support/documents_testing.hpp"
 #include "support/masking_testing.hpp"
 #include "support/op_testing.hpp"
 
 #include <cmath>
-#include <limits>
 #include <map>
 #include <type_traits>
 
@@ -223,38 +223,7 @@ TEST_CASE("M2RNN: decode steps reproduce the training forward token by token", "
 
 TEST_CASE("M2RNN: documents are isolated end to end (packed == alone, perturbing A, zero gradient into A)",
           "[m2rnn][layer][masking]") {
-  const index_t TA = 5, TB = 7, T = TA + TB;
-  const Docs packed = docs_for({{TA, TB}});
-  const Docs alone = docs_for({{TB}});
-  const auto u = random_param({1, T, 4}, 13);
-  const auto uv = u.value().to_host();
-  const V64 u_b(T64::from_host({1, TB, 4}, std::vector<double>(uv.begin() + TA * 4, uv.end())));
-  const Layer layer = make_layer(41);
-  auto b_part = [&](const std::vector<double>& y) { return std::vector<double>(y.begin() + TA * 4, y.end()); };
-  std::vector<double> b_packed;
-  {
-    NoGrad no_grad;
-    b_packed = b_part(layer.forward(u, packed).value().to_host());
-    CHECK(b_packed == layer.forward(u_b, alone).value().to_host());
-    for (double fill : {3.7, std::numeric_limits<double>::quiet_NaN()}) {
-      std::vector<double> changed = uv;
-      for (index_t i = 0; i < TA * 4; ++i) changed[static_cast<std::size_t>(i)] = fill * static_cast<double>(i + 1);
-      CHECK(b_part(layer.forward(V64(T64::from_host({1, T, 4}, changed)), packed).value().to_host()) == b_packed);
-    }
-  }
-  auto x = V64::parameter(u.value().clone());
-  const auto y = layer.forward(x, packed);
-  std::vector<double> w(static_cast<std::size_t>(y.numel()), 0.0);
-  for (index_t i = TA * 4; i < T * 4; ++i) w[static_cast<std::size_t>(i)] = 1.0 + 0.1 * static_cast<double>(i);
-  backward(sum(mul(y, V64(T64::from_host(y.shape(), w)))));
-  const auto g = x.grad().to_host();
-  bool a_zero = true, b_nonzero = false;
-  for (index_t i = 0; i < T * 4; ++i) {
-    if (i < TA * 4) a_zero = a_zero && g[static_cast<std::size_t>(i)] == 0.0;
-    else b_nonzero = b_nonzero || g[static_cast<std::size_t>(i)] != 0.0;
-  }
-  CHECK(a_zero);
-  CHECK(b_nonzero);
+  check_documents_isolated("M2RNN", make_layer(41), 4, 5, 7, kBos);
 }
 
 TEST_CASE("Block<M2RNN>: check_document_masking on a one-block RecipeLM of pattern R, and it catches a model blind to documents",

@@ -1,12 +1,12 @@
 // Mamba-3 (SISO, MIMO) and Mamba-2 layers: chunked == sequential, gradcheck of every parameter and
 // input, decode reproduces the training forward, document isolation of whole layers and blocks
 // (by hand and through the library's whole-model checker), parameter names/roles, and bad input.
+#include "support/document_isolation.hpp"
 #include "support/documents_testing.hpp"
 #include "support/masking_testing.hpp"
 #include "support/op_testing.hpp"
 
 #include <cmath>
-#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -114,15 +114,6 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
   return worst;
-}
-
-// Rows [t0, t1) of every batch row of a (batch, seq, d) host buffer.
-std::vector<double> token_rows(const std::vector<double>& y, index_t batch, index_t seq, index_t t0, index_t t1) {
-  const index_t d = static_cast<index_t>(y.size()) / (batch * seq);
-  std::vector<double> out;
-  for (index_t b = 0; b < batch; ++b)
-    out.insert(out.end(), y.begin() + (b * seq + t0) * d, y.begin() + (b * seq + t1) * d);
-  return out;
 }
 
 // The recipe's letter table has no Mamba-2 letter; the library's Mamba2Letter builds
@@ -280,51 +271,8 @@ TEST_CASE("Mamba layers: decode steps reproduce the training forward token by to
 
 TEST_CASE("Mamba layers: documents are isolated end to end", "[mamba][layers][masking]") {
   // pack [A A A A A][B B B B B B B]; chunk 3, so B's chunks are B-relative, not row-relative.
-  const index_t TA = 5, TB = 7, T = TA + TB;
-  const Docs packed = docs_for({{TA, TB}});
-  const Docs alone = docs_for({{TB}});
-  const auto u = random_param({1, T, 4}, 13);
-  const auto uv = u.value().to_host();
-  const V64 u_b(T64::from_host({1, TB, 4}, std::vector<double>(uv.begin() + TA * 4, uv.end())));
-  auto changed_a = [&](double fill) {
-    std::vector<double> v = uv;
-    for (index_t i = 0; i < TA * 4; ++i) v[static_cast<std::size_t>(i)] = std::isnan(fill) ? fill : fill * static_cast<double>(i + 1);
-    return V64(T64::from_host({1, T, 4}, v));
-  };
-  auto check_layer = [&](const char* name, auto& layer) {
-    INFO(name);
-    std::vector<double> b_packed, b_alone;
-    {
-      NoGrad no_grad;
-      b_packed = token_rows(layer.forward(u, packed).value().to_host(), 1, T, TA, T);
-      b_alone = layer.forward(u_b, alone).value().to_host();
-      // changing A's tokens (to other values, or to NaN) leaves B's outputs bitwise unchanged
-      CHECK(token_rows(layer.forward(changed_a(3.7), packed).value().to_host(), 1, T, TA, T) == b_packed);
-      CHECK(token_rows(layer.forward(changed_a(std::numeric_limits<double>::quiet_NaN()), packed).value().to_host(), 1, T, TA, T) ==
-            b_packed);
-    }
-    // B inside the pack equals B alone, bitwise: the scan's chunks start at B's first token, and
-    // the projections' GEMM computes a row the same way whatever rows surround it
-    double worst = 0;
-    for (std::size_t i = 0; i < b_alone.size(); ++i)
-      worst = std::max(worst, std::abs(b_packed[i] - b_alone[i]) / std::max(1e-3, std::abs(b_alone[i])));
-    INFO(name << ": B packed vs alone, max relative difference " << worst);
-    CHECK(b_packed == b_alone);
-    // a loss on B has exactly zero gradient with respect to A's inputs
-    auto x = V64::parameter(u.value().clone());
-    auto y = layer.forward(x, packed);
-    std::vector<double> w(static_cast<std::size_t>(y.numel()), 0.0);
-    for (index_t i = TA * 4; i < T * 4; ++i) w[static_cast<std::size_t>(i)] = 1.0 + 0.1 * static_cast<double>(i);
-    backward(sum(mul(y, V64(T64::from_host(y.shape(), w)))));
-    const auto g = x.grad().to_host();
-    bool a_zero = true, b_nonzero = false;
-    for (index_t i = 0; i < T * 4; ++i) {
-      if (i < TA * 4) a_zero = a_zero && g[static_cast<std::size_t>(i)] == 0.0;
-      else b_nonzero = b_nonzero || g[static_cast<std::size_t>(i)] != 0.0;
-    }
-    CHECK(a_zero);
-    CHECK(b_nonzero);
-  };
+  const index_t TA = 5, TB = 7;
+  auto check_layer = [&](const char* name, const auto& layer) { check_documents_isolated(name, layer, 4, TA, TB, kBos); };
   auto siso = make_siso(3);
   auto mimo = make_mimo(3);
   auto m2 = make_mamba2(3);

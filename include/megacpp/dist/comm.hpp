@@ -96,9 +96,49 @@ struct Completed {
   bool test() { return true; }
 };
 
+/// The non-blocking collectives of a communicator whose collectives complete before they return
+/// (the world of one process, the in-process fake): each runs the blocking one of `Derived` and
+/// hands back a Completed handle. `Derived` derives from CompletesAtOnce<Derived>.
+template <class Derived>
+struct CompletesAtOnce {
+  /// all_reduce, completed before it returns.
+  template <class T, Backend B>
+  Completed iall_reduce(T* data, index_t count, ReduceOp op) {
+    self().template all_reduce<T, B>(data, count, op);
+    return {};
+  }
+  /// reduce_scatter, completed before it returns.
+  template <class T, Backend B>
+  Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
+    self().template reduce_scatter<T, B>(send, recv, count, op);
+    return {};
+  }
+  /// reduce_scatter_v, completed before it returns.
+  template <class T, Backend B>
+  Completed ireduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
+    self().template reduce_scatter_v<T, B>(send, recv, counts, op);
+    return {};
+  }
+  /// all_gather, completed before it returns.
+  template <class T, Backend B>
+  Completed iall_gather(const T* send, index_t count, T* recv) {
+    self().template all_gather<T, B>(send, count, recv);
+    return {};
+  }
+  /// broadcast, completed before it returns.
+  template <class T, Backend B>
+  Completed ibroadcast(T* data, index_t count, int root) {
+    self().template broadcast<T, B>(data, count, root);
+    return {};
+  }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
 /// World size 1: reductions and broadcasts leave the data as it is, gathers and scatters copy
 /// (nothing when send and recv are the same buffer).
-struct SingleProcess {
+struct SingleProcess : CompletesAtOnce<SingleProcess> {
   /// Always 0.
   int rank() const { return 0; }
   /// Always 1.
@@ -127,36 +167,6 @@ struct SingleProcess {
   void broadcast(T*, index_t, int) {}
   /// Nothing to wait for.
   void barrier() {}
-  /// all_reduce, completed at once.
-  template <class T, Backend B>
-  Completed iall_reduce(T* data, index_t count, ReduceOp op) {
-    all_reduce<T, B>(data, count, op);
-    return {};
-  }
-  /// reduce_scatter, completed at once.
-  template <class T, Backend B>
-  Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
-    reduce_scatter<T, B>(send, recv, count, op);
-    return {};
-  }
-  /// reduce_scatter_v, completed at once.
-  template <class T, Backend B>
-  Completed ireduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
-    reduce_scatter_v<T, B>(send, recv, counts, op);
-    return {};
-  }
-  /// all_gather, completed at once.
-  template <class T, Backend B>
-  Completed iall_gather(const T* send, index_t count, T* recv) {
-    all_gather<T, B>(send, count, recv);
-    return {};
-  }
-  /// broadcast, completed at once.
-  template <class T, Backend B>
-  Completed ibroadcast(T* data, index_t count, int root) {
-    broadcast<T, B>(data, count, root);
-    return {};
-  }
 };
 
 }  // namespace megacpp::dist

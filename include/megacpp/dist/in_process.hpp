@@ -21,7 +21,7 @@ namespace megacpp::dist {
 class InProcessGroup;
 
 /// One rank's endpoint of an InProcessGroup; use it from that rank's own thread.
-class InProcessComm {
+class InProcessComm : public CompletesAtOnce<InProcessComm> {
  public:
   /// This endpoint's rank.
   int rank() const { return rank_; }
@@ -46,36 +46,6 @@ class InProcessComm {
   void broadcast(T* data, index_t count, int root);
   /// Returns once every rank has entered it.
   void barrier();
-  /// all_reduce, completed before it returns.
-  template <class T, Backend B>
-  Completed iall_reduce(T* data, index_t count, ReduceOp op) {
-    all_reduce<T, B>(data, count, op);
-    return {};
-  }
-  /// reduce_scatter, completed before it returns.
-  template <class T, Backend B>
-  Completed ireduce_scatter(const T* send, T* recv, index_t count, ReduceOp op) {
-    reduce_scatter<T, B>(send, recv, count, op);
-    return {};
-  }
-  /// reduce_scatter_v, completed before it returns.
-  template <class T, Backend B>
-  Completed ireduce_scatter_v(const T* send, T* recv, std::span<const index_t> counts, ReduceOp op) {
-    reduce_scatter_v<T, B>(send, recv, counts, op);
-    return {};
-  }
-  /// all_gather, completed before it returns.
-  template <class T, Backend B>
-  Completed iall_gather(const T* send, index_t count, T* recv) {
-    all_gather<T, B>(send, count, recv);
-    return {};
-  }
-  /// broadcast, completed before it returns.
-  template <class T, Backend B>
-  Completed ibroadcast(T* data, index_t count, int root) {
-    broadcast<T, B>(data, count, root);
-    return {};
-  }
 
  private:
   // Publishes `buffer` and `count`, waits for every rank, runs read(slots), waits again (so no
