@@ -24,11 +24,14 @@
 // weight (Var::update_value), so the next forward casts nothing; the dense bf16 step is timed beside
 // the same step with the copies dropped after each optimizer step (a cast of every weight per step,
 // as before).
+// The whole MLP as one op under bf16 products (relu2_mlp_bf16): its forward+backward at the dense
+// model's shape against fc's product then relu2_linear_bf16, timed round-robin.
 #include <chrono>
 #include <cstdio>
 #include <utility>
 
 #include "bench_common.hpp"
+#include "mlp_fusion.hpp"
 #include "megacpp/nn/model.hpp"
 #include "megacpp/optim.hpp"
 
@@ -242,6 +245,16 @@ RoundingFigures time_rounding_in_update(const bench::BenchArgs& args) {
   return f;
 }
 
+// The dense model's MLP (mlp_fusion.hpp: 4096 tokens, d 512, hidden 2048) under bf16 products as
+// one op and as fc's product followed by relu2_linear_bf16, timed round-robin: milliseconds per
+// forward+backward, fused then apart.
+std::pair<double, double> time_mlp_fusion(const bench::BenchArgs& args) {
+  bench::MlpFusionProblem<Cpu> mlp(kBatch, kSeq, kBenchDims.d_model);
+  const auto t = bench::time_interleaved({{"mlp-bf16-fused", [&] { mlp.pass(true); }}, {"mlp-bf16-apart", [&] { mlp.pass(false); }}},
+                                         args.quick ? 0.3 : 3.0, 3);
+  return {t[0].median_s * 1e3, t[1].median_s * 1e3};
+}
+
 template <class Model>
 StepFigures time_steps(const bench::BenchArgs& args, const char* name) {
   StepBench<Model> b;
@@ -268,6 +281,7 @@ int main(int argc, char** argv) {
   const auto [dense32, dense16] = time_pair<DenseModel, DenseBf16Model>(args, "dense", "dense-bf16");
   const AccumulationFigures accum = time_accumulation(args);
   const RoundingFigures rounding = time_rounding_in_update(args);
+  const auto [mlp_fused_ms, mlp_apart_ms] = time_mlp_fusion(args);
   const double bf16_peak = bench::bf16_dot_peak_gflops();
   const double fma_peak = bench::fma_peak_gflops();
   const double bf16_denominator = bf16_peak > 0 ? bf16_peak : fma_peak;  // the fallback multiplies in fp32
@@ -288,6 +302,9 @@ int main(int argc, char** argv) {
               "step); casting every weight again each step: %.0f tokens/s: %.3fx\n",
               rounding.in_update.tokens_per_s, rounding.stale_after_step, rounding.cast_per_step.tokens_per_s,
               rounding.cast_per_step.seconds / rounding.in_update.seconds);
+  std::printf("dense bf16 MLP (4096 tokens, 512 -> 2048 -> 512) forward+backward: %.2f ms as one op (relu2's gradient "
+              "rounded where computed), %.2f ms as fc's product then relu2_linear_bf16: %.3fx\n",
+              mlp_fused_ms, mlp_apart_ms, mlp_apart_ms / mlp_fused_ms);
   const double mfu = dense.model_gflop / dense.seconds / gemm;
   const double mtp_overhead = mtp.seconds / dense.seconds - 1.0;
   std::printf("dense: %.0f tokens/s (target >= 1800), MFU %.2f (target >= 0.50); aam: %.0f tokens/s, MFU %.2f\n",
@@ -316,6 +333,8 @@ int main(int argc, char** argv) {
       .add("tokens_per_s_dense_bf16_cast_per_step", rounding.cast_per_step.tokens_per_s, 1)
       .add("bf16_rounding_in_update_speedup", rounding.cast_per_step.seconds / rounding.in_update.seconds, 3)
       .add("bf16_copies_stale_after_step", static_cast<double>(rounding.stale_after_step), 0)
+      .add("bf16_mlp_ms_fused", mlp_fused_ms, 2).add("bf16_mlp_ms_apart", mlp_apart_ms, 2)
+      .add("bf16_mlp_fused_speedup", mlp_apart_ms / mlp_fused_ms, 3)
       .add("step_peak_mib_dense", dense32.step_peak_mib, 1).add("step_peak_mib_dense_bf16", dense16.step_peak_mib, 1).add("bf16_peak_gflops", bf16_peak, 1)
       .add("gemm_gflops", gemm, 1).print();
   return 0;

@@ -9,7 +9,10 @@
 // The configuration of bench/train_step/train_step.cpp: V = 8192, d = 512, 4 layers, 8 heads /
 // 2 kv heads, T = 1024, B = 4, 8 documents per row (BOS every 128 tokens); and the Bf16Mixed step
 // again at B = 16 (16K tokens, a GPU-sized micro-batch: what the fixed per-step costs, AdamW's
-// update and each kernel's launch, weigh when the products grow four times). Useful FLOPs as
+// update and each kernel's launch, weigh when the products grow four times) and at B = 64 (64K
+// tokens a step, where the products of a d = 512 model are large enough to fill an H100: the MFU
+// of the same model when its micro-batch is not the bound). The model's MLP alone, forward and
+// backward at B = 4, as one op (relu2_mlp_bf16) and as fc's product then relu2_linear_bf16. Useful FLOPs as
 // there: 6 x matrix parameters (the tied head counted once) per token plus 3 x the attention
 // products inside documents. MFU is against the H100 SXM's dense peak of the path: 989 TFLOP/s
 // bf16, 67 TFLOP/s fp32 (full fp32 products unless TF32 is asked for). Median of 10 steps after 3
@@ -28,10 +31,12 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_problem.cuh"
 #include "cuda_bench.cuh"
+#include "mlp_fusion.hpp"
 #include "megacpp/nn/model.hpp"
 #include "megacpp/optim.hpp"
 
@@ -57,7 +62,7 @@ struct InPrecision<LM<T, B, D, Pt, Lt, H, Mt, Q>, P> {
 
 namespace {
 using namespace train_step_cuda;
-constexpr index_t kBatch = 4, kLargeBatch = 16, kSeq = 1024, kDocLen = 128;
+constexpr index_t kBatch = 4, kLargeBatch = 16, kFullBatch = 64, kSeq = 1024, kDocLen = 128;
 constexpr std::int32_t kBos = 0;
 constexpr double kBf16PeakTflops = 989.0, kFp32PeakTflops = 67.0;  // H100 SXM datasheet, dense
 
@@ -137,6 +142,14 @@ Figures run(const char* name, index_t batch = kBatch, bool profile = false) {
                 f.cast_per_step_ms, f.ms);
   return f;
 }
+// The model's MLP at `batch` rows (mlp_fusion.hpp): milliseconds per forward+backward under bf16
+// products as one op, then as fc's product followed by relu2_linear_bf16.
+std::pair<double, double> mlp_ms(index_t batch) {
+  bench::MlpFusionProblem<Cuda> mlp(batch, kSeq, kBenchDims.d_model);
+  const double fused = bench::median_ms([&] { mlp.pass(true); }), apart = bench::median_ms([&] { mlp.pass(false); });
+  return {fused, apart};
+}
+
 // The fused attention's share of the step: its forward and backward at the model's shapes (q
 // (B, T, 8, 64), k and v (B, T, 2, 64), 8 documents per row), times the model's layers; fp32 or,
 // with bf16, the tensor-core kernels (as the Bf16Mixed step runs them).
@@ -157,7 +170,7 @@ double attention_ms_per_step(bool bf16) {
 int main() {
   if (!bench::cuda_bench_start("train_step_cuda", "dense reference model on one GPU: V 8192, d 512, 4 layers, 8/2 heads, "
                                                   "T 1024, B 4, 8 documents per row, AdamW; fp32, TF32, Bf16Mixed, "
-                                                  "Bf16Mixed with fp32 attention, Bf16Mixed at B 16"))
+                                                  "Bf16Mixed with fp32 attention, Bf16Mixed at B 16 and B 64"))
     return 0;
   const Figures fp32 = run<Fp32>("fp32");
   Figures tf32;
@@ -167,6 +180,7 @@ int main() {
   }
   const Figures bf16 = run<Bf16Mixed>("bf16", kBatch, true);  // the attention in bf16 too: the op asks for it
   const Figures bf16_large = run<Bf16Mixed>("bf16 B16", kLargeBatch);
+  const Figures bf16_full = run<Bf16Mixed>("bf16 B64", kFullBatch);
   Figures bf16_fp32attn;
   {
     const CudaBf16Attention off(false);  // the fused attention back on the fp32 kernels
@@ -175,14 +189,19 @@ int main() {
   const double mfu_bf16 = bf16.tflops / kBf16PeakTflops, mfu_fp32 = fp32.tflops / kFp32PeakTflops;
   const double mfu_bf16_fp32attn = bf16_fp32attn.tflops / kBf16PeakTflops;
   const double mfu_bf16_large = bf16_large.tflops / kBf16PeakTflops;
+  const double mfu_bf16_full = bf16_full.tflops / kBf16PeakTflops;
+  const auto [mlp_fused_ms, mlp_apart_ms] = mlp_ms(kBatch);
+  std::printf("the model's MLP under bf16 products, forward+backward at B %lld: %.3f ms as one op (relu2_mlp_bf16), "
+              "%.3f ms as fc's product then relu2_linear_bf16\n",
+              static_cast<long long>(kBatch), mlp_fused_ms, mlp_apart_ms);
   const double attention_ms = attention_ms_per_step(true), attention_fp32_ms = attention_ms_per_step(false);
   std::printf("fused attention forward+backward, all %lld layers: bf16 tensor cores %.2f ms of the bf16 step's %.2f; "
               "fp32 CUDA cores %.2f ms of the fp32-attention step's %.2f\n",
               static_cast<long long>(kBenchDims.n_layers), attention_ms, bf16.ms, attention_fp32_ms, bf16_fp32attn.ms);
-  std::printf("\nMFU: bf16 %.4f (fp32 attention %.4f; B %lld: %.4f) of %.0f TFLOP/s, fp32 %.4f of %.0f TFLOP/s "
-              "(target 0.30, bf16)\n",
-              mfu_bf16, mfu_bf16_fp32attn, static_cast<long long>(kLargeBatch), mfu_bf16_large, kBf16PeakTflops, mfu_fp32,
-              kFp32PeakTflops);
+  std::printf("\nMFU: bf16 %.4f (fp32 attention %.4f; B %lld: %.4f; B %lld: %.4f) of %.0f TFLOP/s, fp32 %.4f of %.0f "
+              "TFLOP/s (target 0.30, bf16)\n",
+              mfu_bf16, mfu_bf16_fp32attn, static_cast<long long>(kLargeBatch), mfu_bf16_large,
+              static_cast<long long>(kFullBatch), mfu_bf16_full, kBf16PeakTflops, mfu_fp32, kFp32PeakTflops);
   bench::JsonLine json("train_step_cuda");
   json.add("device", std::string_view("cuda"))
       .add("cuda_tokens_per_s_dense", bf16.tokens_per_s, 0)
@@ -202,6 +221,11 @@ int main() {
       .add("cuda_tokens_per_s_dense_B16", bf16_large.tokens_per_s, 0)
       .add("cuda_mfu_dense_B16", mfu_bf16_large, 4)
       .add("cuda_step_ms_dense_B16", bf16_large.ms, 2)
+      .add("cuda_tokens_per_s_dense_B64", bf16_full.tokens_per_s, 0)
+      .add("cuda_mfu_dense_B64", mfu_bf16_full, 4)
+      .add("cuda_step_ms_dense_B64", bf16_full.ms, 2)
+      .add("cuda_mlp_ms_fused_bf16", mlp_fused_ms, 3)
+      .add("cuda_mlp_ms_apart_bf16", mlp_apart_ms, 3)
       .add("cuda_host_waits_per_step_dense_bf16", static_cast<double>(bf16.host_waits), 0);
   json.print();
   return 0;

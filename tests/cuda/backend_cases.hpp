@@ -150,8 +150,8 @@ std::vector<Case<T, B>> op_cases() {
   };
 }
 
-// The elements of an update's bf16 rounding (written from `offset` on, zeros before) that are not
-// convert's rounding of the updated `values` (0 expected), as one output to compare.
+// The elements of a bf16 rounding written from `offset` on (zeros before: an update's, a
+// map_to_bf16's) that are not convert's rounding of `values` (0 expected), as one output to compare.
 template <class T, Backend B>
 double rounding_mismatches(const Tensor<bf16, B>& rounded, const Tensor<T, B>& values, index_t offset) {
   const auto got = rounded.to_host(), want = values.template to<bf16>().to_host();
@@ -331,6 +331,23 @@ std::vector<Case<T, B>> kernel_cases() {
                                           rounded.data() + offset);
            out.push_back(H::doubles(w));
            out.push_back({rounding_mismatches(rounded, w, offset)});
+         }
+         return out;
+       }},
+      {"map_to_bf16: relu2's gradient rounded to bf16 in its pass (packets, one 8-byte store of four; unaligned, "
+       "ragged): the rounding map then convert's (mismatches counted, 0 expected)",
+       [](H& h) {
+         Outputs out;
+         for (const auto& [n, offset] : {std::pair<index_t, index_t>{1024, 0}, {1001, 1}}) {
+           const Shape s{n + offset};
+           Tens g = h.uniform(s), u = h.uniform(s), full = h.uniform(s);
+           Tensor<bf16, B> rounded = Tensor<bf16, B>::full(s, bf16(0.0f));
+           const T* gi = g.data() + offset;
+           const T* ui = u.data() + offset;
+           B::template map_to_bf16<T>(n, fn::Relu2Grad{}, rounded.data() + offset, gi, ui, ui);
+           B::template map<T>(1, n, fn::Relu2Grad{}, full.data() + offset, In<T>{gi}, In<T>{ui}, In<T>{ui});
+           out.push_back(H::doubles(full));
+           out.push_back({rounding_mismatches(rounded, full, offset)});
          }
          return out;
        }},

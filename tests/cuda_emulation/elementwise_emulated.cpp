@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "emulator/launch.hpp"
@@ -36,6 +37,22 @@ void EmulatedElementwise::map(index_t rows, index_t cols, F f, T* out, Ins... in
     }
   }
   launch(cuda::map_kernel<T, F, Ins...>, grid_stride_launch(total), total, cols, any_broadcast, f, out, ins...);
+}
+
+template <class T, class F, class... Ins>
+void EmulatedElementwise::map_to_bf16(index_t n, F f, bf16* out, const Ins*... ins) {
+  if (n == 0) return;
+  if constexpr (cuda::kHasPacket<T>) {
+    using P = cuda::Packet<T>;
+    using Rounded = cuda::Vec<bf16, P::kSize>;
+    if (cuda::fits_packets<T>(n, {ins...}) && reinterpret_cast<std::uintptr_t>(out) % alignof(Rounded) == 0) {
+      const index_t packets = n / P::kSize;
+      launch(cuda::map_to_bf16_packet_kernel<T, F, std::conditional_t<true, P, Ins>...>, grid_stride_launch(packets), packets,
+             f, reinterpret_cast<Rounded*>(out), reinterpret_cast<const P*>(ins)...);
+      return;
+    }
+  }
+  launch(cuda::map_to_bf16_kernel<T, F, Ins...>, grid_stride_launch(n), n, f, out, ins...);
 }
 
 template <class T, class F>
@@ -175,6 +192,9 @@ std::size_t EmulatedElementwise::inline_upload_limit() { return cuda::kInlineUpl
   template void EmulatedElementwise::map<T, fn::Relu2, In<T>>(index_t, index_t, fn::Relu2, T*, In<T>);          \
   template void EmulatedElementwise::map<T, fn::MuonUpdate, In<T>, In<T>>(index_t, index_t, fn::MuonUpdate, T*, In<T>, \
                                                                           In<T>);                               \
+  template void EmulatedElementwise::map_to_bf16<T, fn::Relu2, T>(index_t, fn::Relu2, bf16*, const T*);         \
+  template void EmulatedElementwise::map_to_bf16<T, fn::Relu2Grad, T, T, T>(index_t, fn::Relu2Grad, bf16*, const T*, \
+                                                                            const T*, const T*);                \
   template void EmulatedElementwise::update_in_place<T, fn::AdamWStep>(index_t, fn::AdamWStep, T*, T*, T*,      \
                                                                        const T*, bf16*);                        \
   template void EmulatedElementwise::update_in_place<T, fn::MuonStep>(index_t, fn::MuonStep, T*, const T*, bf16*); \

@@ -1,5 +1,5 @@
 // tests/cuda_emulation/elementwise_emulated.hpp: the CUDA backend's elementwise launches (maps,
-// in-place updates, broadcasts, strided copies, transposes, conversions, fills:
+// maps rounded to bf16, in-place updates, broadcasts, strided copies, transposes, conversions, fills:
 // detail/elementwise.cuh) and its host-to-device copy (detail/memory.cuh, inline_upload.cuh) run on
 // the emulator, with host pointers as device memory. Each mirrors the function of the same name in
 // detail/elementwise_launch.cuh or memory.cuh, launched as it launches. Instantiated
@@ -22,6 +22,8 @@ namespace megacpp::cuda_emulation {
 struct EmulatedElementwise {
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins);
+  template <class T, class F, class... Ins>
+  static void map_to_bf16(index_t n, F f, bf16* out, const Ins*... ins);
   template <class T, class F>
   static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded = nullptr);
   template <class T, class F>

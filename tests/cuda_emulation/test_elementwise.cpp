@@ -8,7 +8,8 @@
 // and AdamW within rounding of the CPU (GCC may fuse multiply-adds differently in the two), the
 // rest bit for bit; the index range check's extremes; host-to-device copies of up to 63,488 bytes
 // carried by launches' parameters (memory.cuh), byte-exact; and the same bits under the reversed
-// and greedy schedules.
+// and greedy schedules; map_to_bf16 (a map's results rounded to bf16 in its pass) against map then
+// convert, bit for bit.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -276,6 +277,65 @@ TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on th
 TEST_CASE("elementwise: CUDA maps, updates, layouts, fills and conversions on the emulator match the CPU, double",
           "[elementwise]") {
   check_against_cpu<double>();
+}
+
+// map_to_bf16 on backend `Ops`, each output in a buffer with a NaN-bits guard on both sides of its
+// range: relu2 on whole packets; relu2's gradient (three operands) on whole packets; a ragged
+// length; the output one bf16 past an 8-byte boundary and an operand one element past a packet's
+// (the element path); none. Returns the outputs, guards included, then map-then-convert's roundings
+// of the same (the reference, from the CPU backend's map and convert).
+template <class T, class Ops>
+std::vector<std::vector<bf16>> maps_to_bf16(std::vector<std::vector<bf16>>* reference) {
+  const bf16 kGuard = bf16::from_bits(0x7fc1);
+  const std::vector<T> u = draw<T>(1025, 21), g = draw<T>(1025, 22);
+  std::vector<std::vector<bf16>> outs;
+  const auto run = [&](index_t n, index_t out_offset, index_t in_offset, bool gradient) {
+    std::vector<bf16> out(static_cast<std::size_t>(n + out_offset + 1), kGuard);
+    const T* ui = u.data() + in_offset;
+    const T* gi = g.data() + in_offset;
+    if (gradient) Ops::template map_to_bf16<T>(n, fn::Relu2Grad{}, out.data() + out_offset, gi, ui, ui);
+    else Ops::template map_to_bf16<T>(n, fn::Relu2{}, out.data() + out_offset, ui);
+    outs.push_back(out);
+    std::vector<T> full(static_cast<std::size_t>(n));
+    if (gradient) Cpu::map<T>(1, n, fn::Relu2Grad{}, full.data(), In<T>{gi}, In<T>{ui}, In<T>{ui});
+    else Cpu::map<T>(1, n, fn::Relu2{}, full.data(), In<T>{ui});
+    std::vector<bf16> want(out.size(), kGuard);
+    Cpu::convert<T, bf16>(full.size(), full.data(), want.data() + out_offset);
+    reference->push_back(want);
+  };
+  run(1024, 0, 0, false);
+  run(1024, 0, 0, true);
+  run(1001, 0, 0, true);
+  run(1000, 1, 0, false);
+  run(1000, 0, 1, true);
+  run(0, 0, 0, true);
+  return outs;
+}
+
+// The roundings are map-then-convert's, bit for bit, on the emulated CUDA kernels and on the CPU
+// (the packet kernel's one 8-byte store of four roundings included), and nothing outside the range
+// is written.
+TEST_CASE("elementwise: map_to_bf16 on the emulator and the CPU is map then convert, bitwise, float and double",
+          "[elementwise]") {
+  const auto check = [](const std::vector<std::vector<bf16>>& got, const std::vector<std::vector<bf16>>& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t c = 0; c < got.size(); ++c) {
+      INFO("case " << c);
+      REQUIRE(got[c].size() == want[c].size());
+      for (std::size_t i = 0; i < got[c].size(); ++i) {
+        INFO("element " << i);
+        CHECK(got[c][i].bits == want[c][i].bits);
+      }
+    }
+  };
+  std::vector<std::vector<bf16>> reference;
+  check(maps_to_bf16<float, EmulatedElementwise>(&reference), reference);
+  reference.clear();
+  check(maps_to_bf16<float, Cpu>(&reference), reference);
+  reference.clear();
+  check(maps_to_bf16<double, EmulatedElementwise>(&reference), reference);
+  reference.clear();
+  check(maps_to_bf16<double, Cpu>(&reference), reference);
 }
 
 TEST_CASE("elementwise: the index range check (minmax_index) matches the CPU's, under either schedule", "[elementwise]") {

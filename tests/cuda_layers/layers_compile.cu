@@ -30,9 +30,13 @@ static_assert(sizeof(TinyMtpLM<float, Cuda>) > sizeof(TinyLM<float, Cuda>) && Ti
 static_assert(sizeof(Block<GQA<float, Cuda>>) > 0 && sizeof(Block<Mamba2<float, Cuda>>) > 0 &&
               sizeof(Block<M2RNN<float, Cuda>>) > 0);
 
-// The MLP's fused bf16 op (autograd/ops/relu2_linear.hpp), which MLP::forward takes under bf16
-// products, instantiates for Cuda.
+// The MLP's fused bf16 ops (autograd/ops/relu2_linear.hpp), which MLP::forward and the MoE experts
+// take under bf16 products, instantiate for Cuda.
 template Var<float, Cuda> megacpp::relu2_linear_bf16<Cuda>(const Var<float, Cuda>&, const Var<float, Cuda>&);
+template Var<float, Cuda> megacpp::relu2_mlp_bf16<Cuda>(const Var<float, Cuda>&, const Var<float, Cuda>&,
+                                                       const Var<float, Cuda>&);
+template Var<float, Cuda> megacpp::relu2_grouped_mlp_bf16<Cuda>(const Var<float, Cuda>&, const Var<float, Cuda>&,
+                                                               const Var<float, Cuda>&, std::vector<index_t>);
 
 int main() {
   if (!Cuda::device_available()) {

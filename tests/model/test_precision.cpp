@@ -5,7 +5,6 @@
 #include "support/fused_bf16_testing.hpp"
 #include "support/masking_testing.hpp"
 
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -281,10 +280,8 @@ TEST_CASE("relu2_linear_bf16 equals relu2 then matmul bitwise, and the MLP keeps
   const auto u = Var<float, Cpu>::parameter(randn<float, Cpu>({3, 37, hidden}, rng));
   const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({out, hidden}, rng));
   const Var<float, Cpu> g(randn<float, Cpu>({3, 37, out}, rng));
-  const auto separate = testing::bf16_output_and_gradients(
-      u, w, g, [](const auto& a, const auto& b) { return matmul(relu2(a), b, false, true); });
-  const auto fused = testing::bf16_output_and_gradients(
-      u, w, g, [](const auto& a, const auto& b) { return relu2_linear_bf16(a, b); });
+  const auto separate = testing::bf16_output_and_gradients({u, w}, g, [&] { return matmul(relu2(u), w, false, true); });
+  const auto fused = testing::bf16_output_and_gradients({u, w}, g, [&] { return relu2_linear_bf16(u, w); });
   testing::check_same_bits(separate, fused);
   CHECK(rows * out == static_cast<index_t>(fused[0].size()));
   CHECK_THROWS_WITH(relu2_linear_bf16(u, Var<float, Cpu>(Tensor<float, Cpu>::zeros({out, hidden + 1}))),
@@ -306,6 +303,53 @@ TEST_CASE("relu2_linear_bf16 equals relu2 then matmul bitwise, and the MLP keeps
   INFO("bytes held after forward: two ops " << two_ops << ", fused " << one_op);
   CHECK(two_ops - one_op >= hidden_fp32);
   mlp.hidden_observer = {};
+}
+
+TEST_CASE("relu2_mlp_bf16 equals fc, relu2 and the projection bitwise, and its backward holds relu2's gradient in "
+          "bf16 only", "[precision]") {
+  Rng rng(11);
+  const index_t d = 24, hidden = 70, out = 19;
+  const auto x = Var<float, Cpu>::parameter(randn<float, Cpu>({3, 37, d}, rng));
+  const auto w_fc = Var<float, Cpu>::parameter(randn<float, Cpu>({hidden, d}, rng, 0.3));
+  const auto w_proj = Var<float, Cpu>::parameter(randn<float, Cpu>({out, hidden}, rng, 0.3));
+  const Var<float, Cpu> g(randn<float, Cpu>({3, 37, out}, rng));
+  const auto separate_ops = [&] { return matmul(relu2(matmul(x, w_fc, false, true)), w_proj, false, true); };
+  const auto second_half_fused = [&] { return relu2_linear_bf16(matmul(x, w_fc, false, true), w_proj); };
+  const auto whole_fused = [&] { return relu2_mlp_bf16(x, w_fc, w_proj); };
+  for (int passes : {1, 2}) {  // the second pass adds into the gradients
+    INFO(passes << " backward passes; outputs y, dx, dW_fc, dW_proj");
+    const auto fused = testing::bf16_output_and_gradients({x, w_fc, w_proj}, g, whole_fused, passes);
+    testing::check_same_bits(testing::bf16_output_and_gradients({x, w_fc, w_proj}, g, separate_ops, passes), fused);
+    testing::check_same_bits(testing::bf16_output_and_gradients({x, w_fc, w_proj}, g, second_half_fused, passes), fused);
+  }
+  CHECK_THROWS_WITH(relu2_mlp_bf16(x, w_fc, Var<float, Cpu>(Tensor<float, Cpu>::zeros({out, hidden + 1}))),
+                    Catch::Contains("relu2_mlp_bf16") && Catch::Contains("(19, 71)"));
+  CHECK_THROWS_WITH(relu2_mlp_bf16(x, Var<float, Cpu>(Tensor<float, Cpu>::zeros({hidden, d + 1})), w_proj),
+                    Catch::Contains("relu2_mlp_bf16"));
+
+  // The backward's peak, at relu2's gradient: the separate ops hold dh = dy W_proj and relu2's
+  // gradient du both in fp32 (8 bytes a hidden unit), the fused op dh and du's bf16 rounding (6)
+  const index_t tokens = 512;
+  const Var<float, Cpu> xs(randn<float, Cpu>({tokens, d}, rng));
+  const auto backward_peak = [&](auto op) {
+    Var<float, Cpu> y;
+    {
+      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+      y = op();
+    }
+    const Var<float, Cpu> loss = sum(y);
+    const std::size_t before = Cpu::memory_stats().current_bytes;
+    Cpu::reset_peak_memory();
+    backward(loss);
+    return Cpu::memory_stats().peak_bytes - before;
+  };
+  MLP<float, Cpu> mlp(d, rng, hidden);
+  const auto apart_ops = [&] { return relu2_linear_bf16(matmul(xs, mlp.fc.weight.var, false, true), mlp.proj.weight.var); };
+  (void)backward_peak(apart_ops);  // the weights' gradients exist from here on: later passes add into them
+  const std::size_t apart = backward_peak(apart_ops);
+  const std::size_t fused = backward_peak([&] { return mlp.forward(xs); });  // MLP::forward takes relu2_mlp_bf16
+  INFO("backward peak above the forward's bytes: apart " << apart << ", fused " << fused);
+  CHECK(apart - fused >= static_cast<std::size_t>(tokens * hidden) * sizeof(bf16));
 }
 
 TEST_CASE("Bf16Mixed: the model's type sets the products' precision, and the loss stays near fp32's", "[precision]") {

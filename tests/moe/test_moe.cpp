@@ -69,9 +69,8 @@ TEST_CASE("grouped_matmul under bf16 products: each group is Cpu::gemm_bf16 on b
   const int saved = omp_get_max_threads();
   auto run = [&](int threads) {  // y, dx, dw
     omp_set_num_threads(threads);
-    return testing::bf16_output_and_gradients(Var<float, Cpu>::parameter(x), Var<float, Cpu>::parameter(w),
-                                              Var<float, Cpu>(dy),
-                                              [](const auto& a, const auto& b) { return grouped_matmul(a, b, kOffsets); });
+    const auto xv = Var<float, Cpu>::parameter(x), wv = Var<float, Cpu>::parameter(w);
+    return testing::bf16_output_and_gradients({xv, wv}, Var<float, Cpu>(dy), [&] { return grouped_matmul(xv, wv, kOffsets); });
   };
   const testing::OutputAndGradients one = run(1), two = run(2);
   omp_set_num_threads(saved);
@@ -106,10 +105,8 @@ TEST_CASE("relu2_grouped_matmul_bf16 equals relu2 then grouped_matmul under bf16
   const auto u = Var<float, Cpu>::parameter(randn<float, Cpu>({M, hidden}, rng));
   const auto w = Var<float, Cpu>::parameter(randn<float, Cpu>({E, out, hidden}, rng));
   const Var<float, Cpu> g(randn<float, Cpu>({M, out}, rng));
-  const auto separate = testing::bf16_output_and_gradients(
-      u, w, g, [](const auto& a, const auto& b) { return grouped_matmul(relu2(a), b, kOffsets); });
-  const auto fused = testing::bf16_output_and_gradients(
-      u, w, g, [](const auto& a, const auto& b) { return relu2_grouped_matmul_bf16(a, b, kOffsets); });
+  const auto separate = testing::bf16_output_and_gradients({u, w}, g, [&] { return grouped_matmul(relu2(u), w, kOffsets); });
+  const auto fused = testing::bf16_output_and_gradients({u, w}, g, [&] { return relu2_grouped_matmul_bf16(u, w, kOffsets); });
   testing::check_same_bits(separate, fused);
   CHECK_THROWS_WITH(relu2_grouped_matmul_bf16(u, w, {0, 3, M}), Contains("relu2_grouped_matmul_bf16") &&
                                                                     Contains("needs 9 offsets"));
@@ -120,6 +117,29 @@ TEST_CASE("relu2_grouped_matmul_bf16 equals relu2 then grouped_matmul under bf16
   const std::size_t one_op = testing::bf16_bytes_held_after_forward([&] { return relu2_grouped_matmul_bf16(u, w, kOffsets); });
   INFO("bytes held after forward: two ops " << two_ops << ", fused " << one_op);
   CHECK(two_ops - one_op >= static_cast<std::size_t>(M * hidden) * sizeof(float));
+}
+
+TEST_CASE("relu2_grouped_mlp_bf16 equals the experts' two grouped products and relu2 under bf16 bitwise",
+          "[moe][grouped_gemm][precision]") {
+  Rng rng(6);
+  const index_t d = 24, hidden = 70, out = 45, E = 8, M = kOffsets.back();
+  const auto x = Var<float, Cpu>::parameter(randn<float, Cpu>({M, d}, rng));
+  const auto w_fc = Var<float, Cpu>::parameter(randn<float, Cpu>({E, hidden, d}, rng, 0.3));
+  const auto w_proj = Var<float, Cpu>::parameter(randn<float, Cpu>({E, out, hidden}, rng, 0.3));
+  const Var<float, Cpu> g(randn<float, Cpu>({M, out}, rng));
+  const auto separate_ops = [&] { return grouped_matmul(relu2(grouped_matmul(x, w_fc, kOffsets)), w_proj, kOffsets); };
+  const auto second_half_fused = [&] { return relu2_grouped_matmul_bf16(grouped_matmul(x, w_fc, kOffsets), w_proj, kOffsets); };
+  const auto whole_fused = [&] { return relu2_grouped_mlp_bf16(x, w_fc, w_proj, kOffsets); };
+  for (int passes : {1, 2}) {  // the second pass adds into the gradients
+    INFO(passes << " backward passes; outputs y, dx, dW_fc, dW_proj");
+    const auto fused = testing::bf16_output_and_gradients({x, w_fc, w_proj}, g, whole_fused, passes);
+    testing::check_same_bits(testing::bf16_output_and_gradients({x, w_fc, w_proj}, g, separate_ops, passes), fused);
+    testing::check_same_bits(testing::bf16_output_and_gradients({x, w_fc, w_proj}, g, second_half_fused, passes), fused);
+  }
+  CHECK_THROWS_WITH(relu2_grouped_mlp_bf16(x, w_fc, Var<float, Cpu>(Tensor<float, Cpu>::zeros({E, out, hidden + 1})), kOffsets),
+                    Contains("relu2_grouped_mlp_bf16") && Contains("(8, 45, 71)"));
+  CHECK_THROWS_WITH(relu2_grouped_mlp_bf16(x, w_fc, w_proj, {0, 3, M}),
+                    Contains("relu2_grouped_mlp_bf16") && Contains("needs 9 offsets"));
 }
 
 TEST_CASE("grouped_matmul: gradcheck in double with empty and uneven groups", "[moe][grouped_gemm][gradcheck]") {

@@ -1,42 +1,45 @@
 // tests/support/fused_bf16_testing.hpp: checks that a fused op under bf16 products gives the bits
-// of the ops it replaces (output and both gradients) and holds less memory between forward and
-// backward. Used for relu2_linear_bf16 (tests/model/test_precision.cpp) and
-// relu2_grouped_matmul_bf16 (tests/moe/test_moe.cpp).
+// of the ops it replaces (output and every input's gradient, over one or more backward passes) and
+// holds less memory between forward and backward. Used for relu2_linear_bf16 and relu2_mlp_bf16
+// (tests/model/test_precision.cpp), and the grouped products (tests/moe/test_moe.cpp).
 #pragma once
 
 #include "support/op_testing.hpp"
 
-#include <array>
 #include <cstddef>
 #include <cstring>
 #include <vector>
 
 namespace megacpp::testing {
 
-/// y, du and dW on the host.
-using OutputAndGradients = std::array<std::vector<float>, 3>;
+/// y, then each input's gradient, on the host.
+using OutputAndGradients = std::vector<std::vector<float>>;
 
-/// y = op(u, w) under bf16 products, then the backward of sum(y g) outside the scope (an op keeps
-/// the precision it was created under); u's and w's gradients start from zero.
+/// y = op() under bf16 products, then the backward of sum(y g) outside the scope (an op keeps the
+/// precision it was created under), `passes` times: the first into zeroed gradients of `inputs`,
+/// the later ones adding into them (gradient accumulation). The last pass's y and the gradients.
 template <class Op>
-OutputAndGradients bf16_output_and_gradients(const Var<float, Cpu>& u, const Var<float, Cpu>& w,
-                                             const Var<float, Cpu>& g, Op op) {
-  auto uu = u, ww = w;
-  uu.zero_grad();
-  ww.zero_grad();
+OutputAndGradients bf16_output_and_gradients(const std::vector<Var<float, Cpu>>& inputs, const Var<float, Cpu>& g, Op op,
+                                              int passes = 1) {
+  for (Var<float, Cpu> v : inputs) v.zero_grad();
   Var<float, Cpu> y;
-  {
-    const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
-    y = op(u, w);
+  for (int pass = 0; pass < passes; ++pass) {
+    {
+      const MatmulPrecisionScope bf16_products(MatmulPrecision::bf16);
+      y = op();
+    }
+    backward(sum(mul(y, g)));
   }
-  backward(sum(mul(y, g)));
-  return {y.value().to_host(), u.grad().to_host(), w.grad().to_host()};
+  OutputAndGradients out{y.value().to_host()};
+  for (const Var<float, Cpu>& v : inputs) out.push_back(v.grad().to_host());
+  return out;
 }
 
-/// Every one of y, du and dW has the same bits in both.
+/// y and every gradient have the same bits in both.
 inline void check_same_bits(const OutputAndGradients& separate, const OutputAndGradients& fused) {
+  REQUIRE(separate.size() == fused.size());
   for (std::size_t i = 0; i < fused.size(); ++i) {
-    INFO("output " << i << " (y, du, dW)");
+    INFO("output " << i << " (y, then each input's gradient)");
     REQUIRE(separate[i].size() == fused[i].size());
     CHECK(std::memcmp(separate[i].data(), fused[i].data(), fused[i].size() * sizeof(float)) == 0);
   }

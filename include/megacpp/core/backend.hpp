@@ -120,6 +120,7 @@ concept Backend = requires(float* p, const float* cp, const bf16* cbf, const std
   B::gemm_bf16(g, s, cbf, cbf, s, p);  // GemmArgs with bf16 A, B; fp32 sums and C
   // elementwise and reductions over functors
   B::template map<float>(i, i, IdentityFunctor{}, p, in);
+  B::template map_to_bf16<float>(i, IdentityFunctor{}, static_cast<bf16*>(nullptr), cp);  // f's results rounded to bf16
   B::template update_in_place<float>(i, NoOpUpdate{}, p, p, p, cp);
   B::template update_in_place<float>(i, NoOpUpdate{}, p, p, p, cp, static_cast<bf16*>(nullptr));  // + a's bf16 rounding
   B::template update_in_place<float>(i, NoOpUpdate{}, p, cp, static_cast<bf16*>(nullptr));  // one state: f(a, x)

@@ -51,11 +51,18 @@ struct MLP {
   /// x (..., d) -> proj(Act(fc(x))) (..., d)
   Var<T, B> forward(const Var<T, B>& x) const {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Act, ReLU2>) {
-      // bf16 products: relu2 and the output projection as one op that keeps the hidden
-      // activation in bf16 only (autograd/ops/relu2_linear.hpp; the same bits as the two ops).
-      // ReDo's observer reads the fp32 activation, so it keeps the two ops.
-      if (matmul_precision() == MatmulPrecision::bf16 && !hidden_observer && !proj.bias.var.defined())
+      // bf16 products: the whole MLP as one op that keeps the hidden activation in bf16 only and
+      // rounds relu2's gradient where it computes it (relu2_mlp_bf16; with an fc bias, relu2 and
+      // the output projection as one op: relu2_linear_bf16), the same bits as the separate ops
+      // (autograd/ops/relu2_linear.hpp). ReDo's observer reads the fp32 activation, so it keeps them.
+      if (matmul_precision() == MatmulPrecision::bf16 && !hidden_observer && !proj.bias.var.defined()) {
+        if (!fc.bias.var.defined()) {
+          check(x.rank() >= 1 && x.shape()[-1] == fc.in_features(), "Linear", "input last dim ", x.shape(),
+                " does not match in_features ", fc.in_features());
+          return relu2_mlp_bf16(x, fc.weight.var, proj.weight.var);
+        }
         return relu2_linear_bf16(fc.forward(x), proj.weight.var);
+      }
     }
     Var<T, B> hidden = Act::apply(fc.forward(x));
     if (hidden_observer) hidden_observer(hidden.value());

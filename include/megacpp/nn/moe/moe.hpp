@@ -106,8 +106,7 @@ struct MoE {
     if constexpr (requires { routing.add_aux_loss(route, last_load_, aux, config.aux_loss_weight); })
       if (config.aux_loss_weight > 0) routing.add_aux_loss(route, last_load_, aux, config.aux_loss_weight);
 
-    const V up = grouped_matmul(dispatch_rows(x2, plan), stacked(&Expert::fc), plan.offsets);
-    V y = gated_combine(experts_down(up, plan.offsets), gates(route, plan), plan.row_of_slot);
+    V y = gated_combine(expert_mlps(dispatch_rows(x2, plan), plan.offsets), gates(route, plan), plan.row_of_slot);
     if (config.shared_experts > 0) y = y + shared.forward(x2);
     return reshape(y, x.shape());
   }
@@ -162,14 +161,16 @@ struct MoE {
  private:
   mutable MoELoad last_load_;
 
-  // The experts' second product, of Act(up): under bf16 products with relu², one op that keeps
-  // the hidden activation in bf16 only (autograd/ops/relu2_linear.hpp; the same bits as relu2
-  // then grouped_matmul), as the dense MLP does.
-  V experts_down(const V& up, const std::vector<index_t>& offsets) const {
+  // The experts' MLPs over the dispatched rows (sorted by expert): under bf16 products with relu²,
+  // one op that keeps the hidden activation in bf16 only and rounds relu²'s gradient where it
+  // computes it (autograd/ops/relu2_linear.hpp; the same bits as the separate ops), as the dense
+  // MLP does.
+  V expert_mlps(const V& rows, const std::vector<index_t>& offsets) const {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<Act, ReLU2>) {
-      if (matmul_precision() == MatmulPrecision::bf16) return relu2_grouped_matmul_bf16(up, stacked(&Expert::proj), offsets);
+      if (matmul_precision() == MatmulPrecision::bf16)
+        return relu2_grouped_mlp_bf16(rows, stacked(&Expert::fc), stacked(&Expert::proj), offsets);
     }
-    return grouped_matmul(Act::apply(up), stacked(&Expert::proj), offsets);
+    return grouped_matmul(Act::apply(grouped_matmul(rows, stacked(&Expert::fc), offsets)), stacked(&Expert::proj), offsets);
   }
 
   // The experts' `which` weights stacked (E, out, in) for the grouped product (its backward

@@ -71,6 +71,10 @@ struct Cpu {
   /// out[r, c] = f(ins[r, c]...) over a (rows, cols) grid; broadcast operands index by c only.
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cpu::map<T>(rows, cols, f, out, ins...); }
+  /// out[i] = bf16(f(ins[i]...)) for i < n, rounded as convert rounds (a product's bf16 operand
+  /// made in the pass that computes it: the same bits as map then convert).
+  template <class T, class F, class... Ins>
+  static void map_to_bf16(index_t n, F f, bf16* out, const Ins*... ins) { cpu::map_to_bf16<T>(n, f, out, ins...); }
   /// f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place (an optimiser step in one pass);
   /// with `a_rounded`, also a_rounded[i] = bf16(a[i]) after the update (the weight's bf16 copy).
   template <class T, class F>

@@ -81,6 +81,8 @@ struct Cuda {
   // --- elementwise, reductions, layout ---
   template <class T, class F, class... Ins>
   static void map(index_t rows, index_t cols, F f, T* out, Ins... ins) { cuda::map<T>(rows, cols, f, out, ins...); }
+  template <class T, class F, class... Ins>
+  static void map_to_bf16(index_t n, F f, bf16* out, const Ins*... ins) { cuda::map_to_bf16<T>(n, f, out, ins...); }
   template <class T, class F>
   static void update_in_place(index_t n, F f, T* a, T* b, T* c, const T* x, bf16* a_rounded = nullptr) {
     cuda::update_in_place<T>(n, f, a, b, c, x, a_rounded);

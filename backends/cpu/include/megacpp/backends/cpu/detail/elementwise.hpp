@@ -44,6 +44,18 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   });
 }
 
+// out[i] = f(ins[i]...) rounded to bf16 as convert rounds it (nearest even), for i < n: a
+// product's bf16 operand made in the pass that computes it, where map then convert would write
+// the full-precision result and read it back (relu2_linear.hpp's hidden activation and its
+// gradient). The same bits as map followed by convert.
+template <class T, class F, class... Ins>
+void map_to_bf16(index_t n, F f, bf16* out, const Ins*... ins) {
+  static_assert((std::is_same_v<Ins, T> && ...), "map_to_bf16: every operand is a T");
+  parallel_chunks(n, 8, [&](index_t begin, index_t end) {
+    for (index_t i = begin; i < end; ++i) out[i] = convert_element<bf16>(static_cast<T>(f(ins[i]...)));
+  });
+}
+
 // f(a[i], b[i], c[i], x[i]) for i < n, f updating a, b, c in place: an optimiser step in one pass
 // over its state (AdamW's parameter and two moments from the gradient: fn::AdamWStep). With
 // `a_rounded`, also a_rounded[i] = the new a[i] rounded to bf16 as convert rounds it (nearest

@@ -58,6 +58,25 @@ __global__ void map_packet_kernel(index_t packets, index_t cols, bool any_broadc
   }
 }
 
+// out[i] = bf16(f(ins[i]...)) for i < n, rounded as convert rounds (cpu/detail/elementwise.hpp).
+template <class T, class F, class... Ins>
+__global__ void map_to_bf16_kernel(index_t n, F f, bf16* out, const Ins*... ins) {
+  for (index_t i = global_thread(); i < n; i += grid_stride()) out[i] = convert_element<bf16>(static_cast<T>(f(ins[i]...)));
+}
+
+// The same a packet of each operand per thread, the kSize roundings stored as one (8-byte for
+// float) access.
+template <class T, class F, class... Ps>
+__global__ void map_to_bf16_packet_kernel(index_t packets, F f, Vec<bf16, Packet<T>::kSize>* out, const Ps*... ins) {
+  for (index_t p = global_thread(); p < packets; p += grid_stride()) {
+    const Packet<T> y = apply_packets<T>(f, ins[p]...);
+    Vec<bf16, Packet<T>::kSize> rounded;
+#pragma unroll
+    for (int e = 0; e < Packet<T>::kSize; ++e) rounded.e[e] = convert_element<bf16>(y.e[e]);
+    out[p] = rounded;
+  }
+}
+
 // f(a[i], b[i], c[i], x[i]) for i < n, updating a, b, c in place, and a_rounded[i] = bf16(a[i])
 // when a_rounded is not null (cpu/detail/elementwise.hpp).
 template <class T, class F>

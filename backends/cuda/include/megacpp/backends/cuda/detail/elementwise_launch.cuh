@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "megacpp/backends/cuda/detail/check.cuh"
@@ -36,6 +37,24 @@ void map(index_t rows, index_t cols, F f, T* out, Ins... ins) {
   }
   map_kernel<T><<<grid_for(total), kThreads, 0, kStream>>>(total, cols, any_broadcast, f, out, ins...);
   MEGACPP_CUDA_CHECK_LAUNCH(map_kernel);
+}
+
+template <class T, class F, class... Ins>
+void map_to_bf16(index_t n, F f, bf16* out, const Ins*... ins) {
+  static_assert((std::is_same_v<Ins, T> && ...), "map_to_bf16: every operand is a T");
+  if (n == 0) return;
+  if constexpr (kHasPacket<T>) {
+    using Rounded = Vec<bf16, Packet<T>::kSize>;  // a packet's roundings, stored as one access
+    if (fits_packets<T>(n, {ins...}) && reinterpret_cast<std::uintptr_t>(out) % alignof(Rounded) == 0) {
+      const index_t packets = n / Packet<T>::kSize;
+      map_to_bf16_packet_kernel<T><<<grid_for(packets), kThreads, 0, kStream>>>(
+          packets, f, reinterpret_cast<Rounded*>(out), reinterpret_cast<const Packet<T>*>(ins)...);
+      MEGACPP_CUDA_CHECK_LAUNCH(map_to_bf16_packet_kernel);
+      return;
+    }
+  }
+  map_to_bf16_kernel<T><<<grid_for(n), kThreads, 0, kStream>>>(n, f, out, ins...);
+  MEGACPP_CUDA_CHECK_LAUNCH(map_to_bf16_kernel);
 }
 
 template <class T, class F>
