@@ -288,9 +288,12 @@ template <class T, class Ops>
 std::vector<std::vector<bf16>> maps_to_bf16(std::vector<std::vector<bf16>>* reference) {
   const bf16 kGuard = bf16::from_bits(0x7fc1);
   const std::vector<T> u = draw<T>(1025, 21), g = draw<T>(1025, 22);
+  const auto aligned = [](const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
+  REQUIRE((aligned(u.data(), 16) && aligned(g.data(), 16)));  // the whole-packet cases do take the packet kernel
   std::vector<std::vector<bf16>> outs;
   const auto run = [&](index_t n, index_t out_offset, index_t in_offset, bool gradient) {
     std::vector<bf16> out(static_cast<std::size_t>(n + out_offset + 1), kGuard);
+    REQUIRE(aligned(out.data(), 16));
     const T* ui = u.data() + in_offset;
     const T* gi = g.data() + in_offset;
     if (gradient) Ops::template map_to_bf16<T>(n, fn::Relu2Grad{}, out.data() + out_offset, gi, ui, ui);

@@ -58,7 +58,7 @@ struct MLP {
       if (matmul_precision() == MatmulPrecision::bf16 && !hidden_observer && !proj.bias.var.defined()) {
         if (!fc.bias.var.defined()) {
           check(x.rank() >= 1 && x.shape()[-1] == fc.in_features(), "Linear", "input last dim ", x.shape(),
-                " does not match in_features ", fc.in_features());
+                " does not match in_features ", fc.in_features());  // Linear's own check, as fc.forward would make
           return relu2_mlp_bf16(x, fc.weight.var, proj.weight.var);
         }
         return relu2_linear_bf16(fc.forward(x), proj.weight.var);

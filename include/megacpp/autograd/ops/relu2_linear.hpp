@@ -86,12 +86,14 @@ Var<float, B> relu2_linear_bf16(const Var<float, B>& u, const Var<float, B>& w) 
 /// and a read of the (tokens, hidden) gradient, the model's largest, and a launch); here it is
 /// rounded where it is computed. Equal, bitwise, to relu2_linear_bf16(matmul(x, W_fc, false, true), W_proj) under
 /// MatmulPrecision::bf16: the same gemm_bf16 calls on the same operands, the same roundings.
+/// The node keeps h16 and bf16(dy) through fc's gradient products (apart, the projection's node
+/// dropped them first); the backward's peak is still lower, by du's fp32 bytes less its rounding's.
 template <Backend B>
 Var<float, B> relu2_mlp_bf16(const Var<float, B>& x, const Var<float, B>& w_fc, const Var<float, B>& w_proj) {
-  check(x.rank() >= 1 && w_fc.rank() == 2 && w_proj.rank() == 2 && x.shape()[-1] == w_fc.shape()[1] &&
+  check(x.rank() >= 2 && w_fc.rank() == 2 && w_proj.rank() == 2 && x.shape()[-1] == w_fc.shape()[1] &&
             w_proj.shape()[1] == w_fc.shape()[0],
         "relu2_mlp_bf16", "x ", x.shape(), ", W_fc ", w_fc.shape(), " and W_proj ", w_proj.shape(),
-        " do not give (..., d) x (hidden, d)^T x (out, hidden)^T");
+        " do not give (..., d) x (hidden, d)^T x (out, hidden)^T (x needs at least 2 dims, as matmul's operands)");
   const index_t d = w_fc.shape()[1], hidden = w_fc.shape()[0], out = w_proj.shape()[0];
   const index_t rows = x.numel() / std::max<index_t>(d, 1);
   const Shape lead = x.shape().prefix(x.rank() - 1);
