@@ -3,8 +3,8 @@
 // (cpu/detail/ssm/conv1d.hpp): y and every gradient (added into non-zero initial values) within
 // rounding of the CPU's, in float and double. dw and dbias are sums over every token, cut into
 // runs: rows long enough for several runs, with documents shorter than the filter, and 40,000
-// tokens (runs longer than the shortest). Also the same bits run to run and under the reversed
-// and greedy schedules.
+// tokens (runs longer than the shortest), and padding runs around short documents. Also the same
+// bits run to run and under the reversed and greedy schedules.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -26,7 +26,8 @@ struct Conv1dCase {
   const char* name;
   index_t channels, width;
   bool with_bias;
-  std::vector<std::vector<index_t>> documents;  // per row, its documents' lengths (each row the same total)
+  std::vector<std::vector<index_t>> documents;  // per row, its documents' lengths (each row the same total);
+                                                // a negative length -n: n padding tokens (doc id -1)
   double float_tolerance = 1e-5;                // against the CPU in float, relative to each output's largest value
 };
 
@@ -35,6 +36,10 @@ const std::vector<Conv1dCase>& conv1d_cases() {
       {"width 4 with bias, 5 channels: rows of 150 tokens (5 runs), 1- and 3-token documents", 5, 4, true,
        {{3, 70, 1, 76}, {150}}},
       {"width 2 without bias, 3 channels, one run", 3, 2, false, {{10, 6}, {16}}},
+      // padding (from_spans) on both sides of documents shorter than the filter: a padding token
+      // reads its own run only, never the padding beyond a document, although both have id -1
+      {"width 4 with bias, 3 channels: padding runs around 1- and 2-token documents", 3, 4, true,
+       {{-2, 1, -3, 6, -4}, {-1, 2, -1, 12}}},
       // dbias and dw sum 40,000 terms in float: the CPU's one serial sum and the runs' sums round
       // differently by about the square root of the count times float's epsilon (measured 4.4e-6).
       {"width 4 with bias, 2 channels: rows of 20,000 tokens (the sum over 40,000 in 500 runs of 80)", 2, 4, true,
@@ -50,11 +55,12 @@ struct Problem {
   std::vector<T> x, w, bias, dy;
   explicit Problem(const Conv1dCase& c) {
     index_t seq = 0;
-    for (index_t length : c.documents.front()) seq += length;
+    for (index_t length : c.documents.front()) seq += length < 0 ? -length : length;
     p = {static_cast<index_t>(c.documents.size()), seq, c.channels, c.width};
     std::int32_t id = 2;
     for (const std::vector<index_t>& row : c.documents)
-      for (index_t length : row) doc_ids.insert(doc_ids.end(), static_cast<std::size_t>(length), id++);
+      for (index_t length : row)
+        doc_ids.insert(doc_ids.end(), static_cast<std::size_t>(length < 0 ? -length : length), length < 0 ? -1 : id++);
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     Rng rng(17);
     x = uniform<T>(n(p.batch * seq * c.channels), rng);
@@ -126,6 +132,23 @@ TEST_CASE("conv1d: CUDA forward and backward on the emulator match the CPU kerne
 
 TEST_CASE("conv1d: CUDA forward and backward on the emulator match the CPU kernel, double", "[conv1d]") {
   check_against_cpu<double>();
+}
+
+// The rule itself, on the CPU kernel: token 3 of row 0 (padding after a 1-token document, itself
+// after two padding tokens) reads only itself: y = bias + w[:, K - 1] x. Its taps 0 and 1 would
+// read tokens 0 and 1, padding with the same id -1, were the ids at the ends compared.
+TEST_CASE("conv1d: a padding token reads no padding beyond a document", "[conv1d]") {
+  const Conv1dCase& c = conv1d_cases()[2];
+  REQUIRE(c.documents.front().front() == -2);
+  const Problem<double> pr(c);
+  const Run<double> cpu = run(pr, Kernels::cpu), emulated = run(pr, Kernels::emulated);
+  const index_t C = c.channels, K = c.width, t = 3;
+  for (index_t ch = 0; ch < C; ++ch) {
+    const auto at = static_cast<std::size_t>(t * C + ch);
+    const double alone = pr.bias[ch] + pr.w[ch * K + K - 1] * pr.x[at];
+    CHECK(cpu.y[at] == Approx(alone).epsilon(1e-14).margin(1e-14));
+    CHECK(emulated.y[at] == Approx(alone).epsilon(1e-14).margin(1e-14));
+  }
 }
 
 TEST_CASE("conv1d: the same bits run to run and under reversed and greedy schedules", "[conv1d]") {

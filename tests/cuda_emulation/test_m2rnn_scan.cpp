@@ -3,8 +3,8 @@
 // the checkpoints and every gradient (added into non-zero initial values) within a few ulps of the
 // CPU's, in float and double, over documents that start inside checkpoint chunks, 1-token
 // documents, clipping, more state elements than a block has threads, the layer's default head,
-// scratch in global memory, and gradients left null; the same bits run to run and under the
-// reversed and greedy schedules; no gradient crosses a document start.
+// scratch in global memory, padding runs, and gradients left null; the same bits run to run and
+// under the reversed and greedy schedules; no gradient crosses a document start.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -28,7 +28,8 @@ struct ScanCase {
   index_t heads, k_dim, v_dim;
   double clip;
   index_t checkpoint_every;
-  std::vector<std::vector<index_t>> documents;  // per row, its documents' lengths (each row the same total)
+  std::vector<std::vector<index_t>> documents;  // per row, its documents' lengths (each row the same total);
+                                                // a negative length -n: n padding tokens (doc id -1)
   bool with_q_and_W_gradients = true;           // false: those two gradients are null (not needed)
 };
 
@@ -41,6 +42,9 @@ const std::vector<ScanCase>& scan_cases() {
       {"the layer's head (K 64, V 16), chunks of 64 across documents of 40 and 30", 1, 64, 16, 0.0, 64, {{40, 30}}},
       {"K 48, V 72: forward and backward scratch in global memory (past 48 KiB)", 1, 48, 72, 0.0, 2, {{3, 2}}},
       {"dq and dW not needed (null)", 2, 3, 4, 0.0, 4, {{5, 1, 6}, {12}}, false},
+      // padding runs (from_spans) around documents: each run is a document of its own, so the
+      // runs on either side of the 2-token document (both id -1) carry no state into each other
+      {"padding runs around documents; checkpoints every 3", 2, 3, 4, 0.0, 3, {{-2, 2, -3, 5}, {4, -1, 7}}},
   };
   return all;
 }
@@ -54,12 +58,16 @@ struct Problem {
   explicit Problem(const ScanCase& c) {
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     index_t seq = 0;
-    for (index_t length : c.documents.front()) seq += length;
+    for (index_t length : c.documents.front()) seq += length < 0 ? -length : length;
     const index_t batch = static_cast<index_t>(c.documents.size());
     p = {batch, seq, c.heads, c.k_dim, c.v_dim, c.clip, c.checkpoint_every};
     std::int32_t id = 3;  // ids need not start at 0: a row may begin inside a document
     for (const std::vector<index_t>& row : c.documents)
       for (index_t length : row) {
+        if (length < 0) {
+          doc_ids.insert(doc_ids.end(), n(-length), -1);
+          continue;
+        }
         doc_ids.insert(doc_ids.end(), n(length), id);
         ++id;
       }

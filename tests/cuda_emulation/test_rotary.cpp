@@ -4,8 +4,9 @@
 // (added into non-zero initial values) within rounding of the CPU's, in float and double. The
 // rows are long enough that theta and its gradient are scans over several runs of tokens, with
 // documents starting inside runs, on a run's first token, and running across many runs; a row of
-// 20,000 tokens takes runs longer than the shortest. Also: the same bits run to run and under the
-// reversed and greedy schedules, and no value crosses a document start (bitwise).
+// 20,000 tokens takes runs longer than the shortest; padding runs around documents. Also: the
+// same bits run to run and under the reversed and greedy schedules, and no value crosses a
+// document start (bitwise).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -26,7 +27,8 @@ namespace {
 struct RotaryCase {
   const char* name;
   index_t heads, S, R, N;
-  std::vector<std::vector<index_t>> documents;  // per row, its documents' lengths (each row the same total)
+  std::vector<std::vector<index_t>> documents;  // per row, its documents' lengths (each row the same total);
+                                                // a negative length -n: n padding tokens (doc id -1)
   double float_tolerance = 1e-5;                // against the CPU in float, relative to each output's largest value
 };
 
@@ -36,6 +38,9 @@ const std::vector<RotaryCase>& rotary_cases() {
        2, 2, 6, {{70, 1, 64, 65}, {200}}},
       {"documents starting on a run's first token, and a 1-token document", 1, 2, 1, 4, {{32, 32, 1, 31}, {64, 64}}},
       {"a row of one run (20 tokens): no carry", 2, 3, 1, 8, {{5, 15}, {20}}},
+      // padding runs (from_spans) on either side of documents, inside runs and across them: each
+      // padding run is a document of its own, whose angles do not carry into the next one
+      {"padding runs around documents, across runs of 32", 2, 2, 1, 4, {{-3, 40, -30, 1, -26}, {-70, 30}}},
       // theta's float rounding grows with a document's length on both backends, each its own way:
       // against the CPU's, as the square root of the length times float's epsilon (documents of
       // 9,000 and 11,000 tokens). The double run bounds the kernels' error at 1e-11.
@@ -53,13 +58,14 @@ struct Problem {
   std::vector<T> angle, dt, x, bias, dy;
   explicit Problem(const RotaryCase& c) {
     index_t seq = 0;
-    for (index_t length : c.documents.front()) seq += length;
+    for (index_t length : c.documents.front()) seq += length < 0 ? -length : length;
     const index_t batch = static_cast<index_t>(c.documents.size());
     angles = {batch, seq, c.heads, c.S};
     qk = {batch, seq, c.heads, c.R, c.N, c.S};
     std::int32_t id = 5;  // ids need not start at 0
     for (const std::vector<index_t>& row : c.documents)
-      for (index_t length : row) doc_ids.insert(doc_ids.end(), static_cast<std::size_t>(length), id++);
+      for (index_t length : row)
+        doc_ids.insert(doc_ids.end(), static_cast<std::size_t>(length < 0 ? -length : length), length < 0 ? -1 : id++);
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     Rng rng(91);
     angle = uniform<T>(n(batch * seq * c.S), rng, -2.0, 2.0);

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "emulator/options.hpp"
 #include "host_arrays.hpp"
@@ -54,8 +56,8 @@ std::vector<float> normal(std::size_t n, Rng& rng) {
   return x;
 }
 
-Case make_case(const std::vector<std::vector<index_t>>& rows, const Shape& s, std::uint64_t seed) {
-  Case c{testing::packed_layout(rows, kBos), {}};
+Case make_case(DocumentLayout<Cpu> docs, const Shape& s, std::uint64_t seed) {
+  Case c{std::move(docs), {}};
   const index_t batch = c.docs.batch, seq = c.docs.seq;
   ScanProblem& p = c.problem;
   p.sizes = ScanParams{batch, seq, s.heads, s.groups, s.rank, s.d_state, s.head_dim, s.chunk,
@@ -72,6 +74,10 @@ Case make_case(const std::vector<std::vector<index_t>>& rows, const Shape& s, st
   if (s.D) p.D = normal(static_cast<std::size_t>(s.heads), rng);
   p.dy = normal(p.v.size(), rng);
   return c;
+}
+
+Case make_case(const std::vector<std::vector<index_t>>& rows, const Shape& s, std::uint64_t seed) {
+  return make_case(testing::packed_layout(rows, kBos), s, seed);
 }
 
 // Random gradients to add into (the kernels add, never overwrite); dshift and dD only where the
@@ -205,6 +211,27 @@ TEST_CASE("emulated CUDA scan: sums split into runs at the layer's head size, an
 TEST_CASE("emulated CUDA scan: MIMO rank 3 without D, chunk 2", "[scan]") {
   const Case c = make_case({{3, 1, 5}, {-4, 5}}, {2, 2, 3, 2, 2, 2, true, false}, 620);
   check_against_cpu("MIMO rank 3, no D", c, 621);
+}
+
+// A dD buffer given with no D (no skip connection): both backends add nothing to it. (CUDA added
+// sum dy v, the gradient at D = 0, where the CPU added none.)
+TEST_CASE("emulated CUDA scan: no D but a dD to add into: nothing is added, as on the CPU", "[scan]") {
+  const Case c = make_case({{3, 1, 5}, {-4, 5}}, {2, 2, 1, 2, 2, 2, true, false}, 625);
+  ScanRun initial = random_initial(c.problem, 626);
+  Rng rng(627);
+  initial.dD = normal(static_cast<std::size_t>(c.problem.sizes.heads), rng);
+  const ScanRun got = run_emulated_scan(c.problem, initial), want = cpu_scan(c, initial);
+  CHECK(same_bits(got.dD, initial.dD));
+  CHECK(same_bits(want.dD, initial.dD));
+  CHECK(normwise_error(got.dv, want.dv, initial.dv) <= kTolerance);
+}
+
+// Padding (from_spans, doc id -1) before, between and after documents: each run of padding is a
+// document of its own on both backends (starts_document), so the runs on either side of a
+// document, which share the id -1, carry nothing into each other.
+TEST_CASE("emulated CUDA scan: padding runs around documents", "[scan]") {
+  const auto docs = DocumentLayout<Cpu>::from_spans(2, 16, {{{2, 5}, {9, 3}}, {{0, 4}, {6, 10}}});
+  check_against_cpu("padding", make_case(docs, {2, 1, 1, 4, 3, 4, true, true}, 690), 691);
 }
 
 TEST_CASE("emulated CUDA scan: Mamba-2 SSD (no shift), groups 2 < heads 4, batch 3", "[scan]") {

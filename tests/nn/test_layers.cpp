@@ -106,6 +106,16 @@ TEST_CASE("DocumentLayout: from_lengths, from_spans (padding), the span table an
   edited.spans[0].push_back({7, 1});
   edited.spans[0][2].length = 3;
   CHECK_THROWS_WITH(edited.check_spans("op"), Contains("row 0's spans were edited after the layout was built"));
+  // an edit that keeps every row's count (a shortened or moved document) is refused too: the
+  // backends' plans, derived from the built spans, would no longer match
+  auto shortened = docs;
+  shortened.spans[1][0].length -= 1;
+  CHECK_THROWS_WITH(shortened.check_spans("op"), Contains("row 1's spans were edited after the layout was built"));
+  auto moved = docs;
+  moved.spans[0][2].start += 1;
+  moved.spans[0][2].length -= 1;
+  CHECK_THROWS_WITH(moved.check_spans("op"), Contains("row 0's spans were edited after the layout was built"));
+  CHECK_NOTHROW(DocumentLayout<Cpu>(docs).check_spans("op"));  // a copy carries what it was built from
 }
 
 TEST_CASE("kernels::starts_document and tap_reads_document: the one rule every doc-aware kernel uses", "[nn][documents]") {
@@ -119,6 +129,14 @@ TEST_CASE("kernels::starts_document and tap_reads_document: the one rule every d
   CHECK(kernels::tap_reads_document(ids, 4, 1, 4));
   CHECK(kernels::tap_reads_document(ids, 4, 3, 4));
   CHECK_FALSE(kernels::tap_reads_document(ids, 1, 1, 4));  // before the row
+  // padding (id -1, from_spans): a run of padding reads itself, never the padding on the far side
+  // of a document, although the ids at both ends are -1
+  const std::int32_t padded[] = {-1, 1, 1, -1, -1, 2};
+  CHECK_FALSE(kernels::tap_reads_document(padded, 3, 0, 4));  // token 0, across document 1
+  CHECK_FALSE(kernels::tap_reads_document(padded, 4, 0, 5));
+  CHECK(kernels::tap_reads_document(padded, 4, 2, 4));  // token 3, the same run
+  CHECK(kernels::tap_reads_document(padded, 3, 3, 4));  // itself
+  CHECK_FALSE(kernels::tap_reads_document(padded, 5, 2, 4));  // document 2 reads no padding
 }
 
 namespace {

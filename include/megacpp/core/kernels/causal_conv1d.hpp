@@ -31,10 +31,16 @@ inline constexpr index_t kMaxConv1dWidth = 16;
 namespace kernels {
 
 /// True when tap j (of `width`) of token t reads a token of t's own document: the source token
-/// t - (width - 1) + j exists and has t's doc id.
+/// t - (width - 1) + j exists and no document starts after it up to t (starts_document, the rule
+/// the scans cut runs by). For a document this is "has t's doc id"; padding tokens all have id -1,
+/// and a padding token must not read the padding on the far side of a document, so the run
+/// between them is what is asked, not the ids at its ends.
 MEGACPP_HD bool tap_reads_document(const std::int32_t* row_doc_ids, index_t t, index_t j, index_t width) {
   const index_t src = t - (width - 1) + j;
-  return src >= 0 && row_doc_ids[src] == row_doc_ids[t];
+  if (src < 0) return false;
+  for (index_t s = src + 1; s <= t; ++s)
+    if (starts_document(row_doc_ids, s)) return false;
+  return true;
 }
 
 /// Sizes of one conv1d call.

@@ -19,10 +19,13 @@
 ///               (batch + 1) on the host, the cu_seqlens of FlashAttention's varlen API generalised
 ///               to rows and padding: row b's documents are span_table rows
 ///               [row_span_offsets[b], row_span_offsets[b + 1]).
-/// Tokens covered by no span are padding (from_spans only): doc id -1, position 0; they see
-/// nothing and nobody sees them. Build a layout with the factories; check_spans() refuses one
-/// whose `spans` were edited afterwards (the table, and the plans backends derived from the layout,
-/// would no longer say the same).
+/// Tokens covered by no span are padding (from_spans only): doc id -1, position 0. No document's
+/// token sees them and they see none: the attention gives them o = 0 and sees nothing from them;
+/// the kernels that walk tokens (scans, rotary angles, conv taps) treat each run of padding as a
+/// document of its own, so state and taps never leave a run (two runs on either side of a
+/// document share the id -1 but not a run). Build a layout with the factories; check_spans()
+/// refuses one whose `spans` were edited afterwards (the table, and the plans backends derived
+/// from the layout, would no longer say the same).
 #pragma once
 
 #include <cstdint>
@@ -127,7 +130,7 @@ struct DocumentLayout {
   }
 
   /// A layout from explicit spans per row. Tokens in no span are padding (doc id -1, position
-  /// 0): they see nothing and nobody sees them. Throws unless each row's spans are non-empty,
+  /// 0; what sees them: the file comment). Throws unless each row's spans are non-empty,
   /// sorted, non-overlapping and inside [0, seq).
   static DocumentLayout from_spans(index_t batch, index_t seq, std::vector<std::vector<DocumentSpan>> spans,
                                    Positions mode = Positions::per_document) {
@@ -159,11 +162,18 @@ struct DocumentLayout {
     check(static_cast<index_t>(spans.size()) == batch && static_cast<index_t>(row_span_offsets.size()) == batch + 1,
           op, "documents hold spans for ", spans.size(), " rows, layout has batch ", batch);
     check_row_spans(op, spans, seq);
-    for (index_t b = 0; b < batch; ++b)
-      check(static_cast<index_t>(spans[static_cast<std::size_t>(b)].size()) ==
-                row_span_offsets[static_cast<std::size_t>(b + 1)] - row_span_offsets[static_cast<std::size_t>(b)],
-            op, "row ", b, "'s spans were edited after the layout was built (span_table disagrees): build "
+    for (index_t b = 0; b < batch; ++b) {
+      const std::vector<DocumentSpan>& row = spans[static_cast<std::size_t>(b)];
+      const index_t first = row_span_offsets[static_cast<std::size_t>(b)];
+      bool same = static_cast<index_t>(row.size()) == row_span_offsets[static_cast<std::size_t>(b + 1)] - first &&
+                  first + static_cast<index_t>(row.size()) <= static_cast<index_t>(built_spans_.size());
+      for (std::size_t i = 0; same && i < row.size(); ++i) {
+        const DocumentSpan& built = built_spans_[static_cast<std::size_t>(first) + i];
+        same = row[i].start == built.start && row[i].length == built.length;
+      }
+      check(same, op, "row ", b, "'s spans were edited after the layout was built (span_table disagrees): build "
             "the layout with DocumentLayout::from_spans instead");
+    }
   }
 
   /// True when tokens (b, t1) and (b, t2) belong to the same document.
@@ -175,6 +185,10 @@ struct DocumentLayout {
   index_t span_count() const { return row_span_offsets.empty() ? 0 : row_span_offsets.back(); }
 
  private:
+  // The spans as built, all rows in order (span_table's on the host): check_spans compares `spans`
+  // with them, so an edit that keeps a row's count (a shortened document) is refused too.
+  std::vector<DocumentSpan> built_spans_;
+
   template <class Spans>
   static void check_row_spans(const std::string& op, const Spans& spans, index_t seq) {
     for (std::size_t b = 0; b < spans.size(); ++b) {
@@ -203,6 +217,7 @@ struct DocumentLayout {
               static_cast<std::int32_t>(mode == Positions::absolute ? t : t - s.start);
         table.insert(table.end(), {static_cast<std::int32_t>(b), static_cast<std::int32_t>(s.start),
                                    static_cast<std::int32_t>(s.length)});
+        layout.built_spans_.push_back(s);
       }
       layout.row_span_offsets.push_back(layout.row_span_offsets.back() +
                                         static_cast<index_t>(spans[static_cast<std::size_t>(b)].size()));

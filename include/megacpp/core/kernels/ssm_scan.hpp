@@ -66,7 +66,7 @@ struct ScanGradients {
   T* log_alpha = nullptr;  ///< like log_alpha
   T* gamma = nullptr;      ///< like gamma
   T* shift = nullptr;      ///< like shift
-  T* D = nullptr;          ///< (heads)
+  T* D = nullptr;          ///< (heads); nothing is added when the operands have no D
 };
 
 /// The chunked scan kernel of backend B (contract: this file); CPU: megacpp/backends/cpu/ssm/.
