@@ -40,6 +40,7 @@ struct FakeGpu {
   std::map<void*, std::unique_ptr<unsigned char[]>> pinned;
   int device = 0;
   bool fail_allocation = false, fail_event = false, fail_record = false;
+  int failing_query = -1;  // the event whose query throws (cudaEventQuery reporting an earlier error)
   int freed = 0, destroyed = 0;
 
   // Runs the first `count` queued items (all by default), in order.
@@ -66,7 +67,7 @@ struct FakeRuntime {
     return p;
   }
   void free_pinned(void* p) const {
-    gpu->pinned.erase(p);
+    REQUIRE(gpu->pinned.erase(p) == 1);  // never freed twice
     ++gpu->freed;
   }
   Event make_event() const {
@@ -75,7 +76,10 @@ struct FakeRuntime {
     return static_cast<int>(gpu->event_done.size()) - 1;
   }
   void destroy_event(Event) const { ++gpu->destroyed; }
-  bool completed(Event e) const { return gpu->event_done[static_cast<std::size_t>(e)]; }
+  bool completed(Event e) const {
+    if (e == gpu->failing_query) throw std::runtime_error("cudaEventQuery failed (stand-in)");
+    return gpu->event_done[static_cast<std::size_t>(e)];
+  }
   void copy_async(void* dst, const void* pinned, std::size_t bytes) const {
     REQUIRE(gpu->pinned.count(const_cast<void*>(pinned)) == 1);  // only ever from a pinned block
     gpu->queue.push_back({dst, pinned, bytes, -1});
@@ -299,4 +303,28 @@ TEST_CASE("pinned staging: a record that fails retires its block (its copy may b
   CHECK(staging.blocks() == 1);
   gpu.run_gpu();
   CHECK(d == src);
+}
+
+TEST_CASE("pinned staging: a query that throws while freeing leaves no freed block behind", "[pinned_staging]") {
+  FakeGpu gpu;
+  Staging staging(FakeRuntime{&gpu});
+  const std::vector<unsigned char> src = bytes_of(kMinPinnedBlock, 5);
+  std::vector<unsigned char> d(kMinPinnedBlock);
+  // three blocks of one size (each upload while the others are in flight), events 0, 1, 2
+  for (int i = 0; i < 3; ++i) REQUIRE(staging.upload(d.data(), src.data(), src.size()));
+  REQUIRE(staging.blocks() == 3);
+  gpu.run_gpu();
+  gpu.failing_query = 1;  // block 0 is freed, then block 1's query throws
+  CHECK_THROWS_AS(staging.release(), std::runtime_error);
+  CHECK(gpu.freed == 1);
+  CHECK(staging.blocks() == 2);  // the freed block left the list
+  CHECK(staging.pinned_bytes() == 2 * kMinPinnedBlock);
+  gpu.failing_query = -1;
+  REQUIRE(staging.upload(d.data(), src.data(), src.size()));  // served by a live block (copy_async checks)
+  gpu.run_gpu();
+  CHECK(d == src);
+  staging.release();  // frees the other two once each (free_pinned checks)
+  CHECK(gpu.freed == 3);
+  CHECK(staging.blocks() == 0);
+  CHECK(staging.pinned_bytes() == 0);
 }

@@ -23,6 +23,7 @@
 #include <thrust/binary_search.h>
 #include <thrust/execution_policy.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/system_error.h>
 
 #include <cstdint>
 #include <limits>
@@ -64,10 +65,13 @@ kernels::RoutingFault route_experts(const kernels::ExpertRoutingParams& p, const
   MEGACPP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), temp_bytes, selected.get(), sorted_experts.get(),
                                                      pairs.get(), slot_of_row.get(), items, 0, end_bit, kStream));
 
-  thrust::lower_bound(thrust::cuda::par_nosync.on(kStream), sorted_experts.get(), sorted_experts.get() + rows,
-                      thrust::counting_iterator<std::int32_t>(0), thrust::counting_iterator<std::int32_t>(E + 1),
-                      offsets.get());
-  MEGACPP_CUDA_CHECK(cudaGetLastError());
+  try {  // Thrust reports its errors (a failed launch included) as thrust::system_error
+    thrust::lower_bound(thrust::cuda::par_nosync.on(kStream), sorted_experts.get(), sorted_experts.get() + rows,
+                        thrust::counting_iterator<std::int32_t>(0), thrust::counting_iterator<std::int32_t>(E + 1),
+                        offsets.get());
+  } catch (const thrust::system_error& e) {  // the backend's errors are megacpp::Error
+    throw_cuda_error("thrust::lower_bound", e.what(), __FILE__, __LINE__);
+  }
   rows_of_slots_kernel<std::int32_t><<<grid_for(rows), kThreads, 0, kStream>>>(rows, tokens, k, slot_of_row.get(),
                                                                                a.token_of_row, a.row_of_slot);
   MEGACPP_CUDA_CHECK_LAUNCH(rows_of_slots_kernel);

@@ -78,15 +78,21 @@ class BlockCache {
     free_[{live->second, size}].push_back(p);
     device_of_.erase(live);
   }
-  // Returns every cached block to the driver (cudaFree waits for the device once per block).
+  // Returns every cached block to the driver (cudaFree waits for the device once per block). The
+  // cache is emptied first and every block is freed before the first error is thrown (cudaFree
+  // also reports earlier asynchronous errors), so no freed block stays cached to be handed out or
+  // freed again.
   void release() {
     const std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [key, blocks] : free_)
-      for (void* p : blocks) {
+    const auto blocks = std::exchange(free_, {});
+    cudaError_t first_error = cudaSuccess;
+    for (const auto& [key, list] : blocks)
+      for (void* p : list) {
         note_host_wait();
-        MEGACPP_CUDA_CHECK(cudaFree(p));
+        const cudaError_t e = cudaFree(p);
+        if (first_error == cudaSuccess) first_error = e;
       }
-    free_.clear();
+    check_cuda(first_error, "cudaFree (BlockCache::release)", __FILE__, __LINE__);
   }
 
  private:

@@ -135,19 +135,21 @@ class PinnedStaging {
     return {key, static_cast<std::ptrdiff_t>(list.size() - 1)};
   }
 
-  // Frees the blocks of `list` (blocks of size key.second) whose last copy has completed.
+  // Frees the blocks of `list` (blocks of size key.second) whose last copy has completed. Each
+  // leaves the list before it is freed, so a query that throws (cudaEventQuery reporting an
+  // earlier error) leaves no freed block behind to be handed out or freed again.
   void free_completed(const Key& key, std::vector<Block>& list) {
-    std::vector<Block> kept;
-    for (Block& b : list) {
-      if (!is_free(b)) {
-        kept.push_back(b);
+    for (std::size_t i = 0; i < list.size();) {
+      if (!is_free(list[i])) {
+        ++i;
         continue;
       }
+      const Block b = list[i];
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+      pinned_bytes_ -= key.second;
       runtime_.free_pinned(b.host);
       runtime_.destroy_event(b.copied);
-      pinned_bytes_ -= key.second;
     }
-    list = std::move(kept);
   }
 
   Runtime runtime_;
