@@ -13,8 +13,9 @@
 ///   backward  dX_g += dY_g W_g          dX (M, K)
 ///             dW_g += dY_g^T X_g        dW (E, N, K)   (an empty group adds nothing)
 ///
-/// One call covers every group: the backend schedules (group, tile) pieces together, so small
-/// groups do not run one after another, and never pads a group. Every element of Y and dX is a
+/// One call covers every group, so a backend may schedule (group, tile) pieces together and keep
+/// small groups from running one after another (the CPU does; CUDA's one-launch products do, its
+/// default issues one cuBLAS GEMM per group), and never pads a group. Every element of Y and dX is a
 /// function of its own row of X (dY) and of W_g only, with the arithmetic of the backend's dense
 /// GEMM (or of an opt-in path's own tiles, e.g. CUDA's one-launch products): a token's output does
 /// not depend on the other rows of its group (the document-masking invariant, docs/recipe.md).

@@ -1,7 +1,8 @@
 // megacpp/backends/cuda/kernels/attention.cuh: FusedAttention<Cuda>, FlashAttention-2 over
 // document spans: fp32 on the CUDA cores (detail/attention.cuh, detail/attention_launch.cuh), or,
-// for float inside a CudaBf16Attention scope, bf16 on the tensor cores (detail/attention_mma.cuh,
-// detail/attention_mma_launch.cuh). Included by megacpp/backends/cuda.cuh after `Cuda` is defined.
+// for float with bf16 products (a CudaBf16Attention scope's choice, else the op's: a Bf16Mixed
+// model asks), bf16 on the tensor cores (detail/attention_mma.cuh, detail/attention_mma_launch.cuh;
+// tensor_core::selected). Included by megacpp/backends/cuda.cuh after `Cuda` is defined.
 #pragma once
 
 #include "megacpp/backends/cuda.cuh"
