@@ -41,9 +41,12 @@ void forward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const k
   launch(ssm::scan_forward_kernel<float>, blocks_of(blocks), s, chunk_states, y, scratch.data());
 }
 
-// Mirrors ssm::scan_backward (scan_launch.cuh): adds into every gradient of `grads` that is not null.
+// Mirrors ssm::scan_backward (scan_launch.cuh): adds into every gradient of `grads` that is not
+// null, dD only when the scan has a D.
 void backward(const ScanParams& sh, const std::vector<ScanChunk>& chunks, const kernels::ScanOperands<float>& in,
-              const float* dy, const float* chunk_states, const kernels::ScanGradients<float>& grads) {
+              const float* dy, const float* chunk_states, const kernels::ScanGradients<float>& asked) {
+  kernels::ScanGradients<float> grads = asked;
+  if (!in.D) grads.D = nullptr;
   const ssm::ScanView<float> s{sh, in, chunks.data()};
   const index_t items = s.chunk_items(), NP = s.state_size();
   std::vector<float> flows = uninitialized_device<float>(items * NP), decay = uninitialized_device<float>(items);

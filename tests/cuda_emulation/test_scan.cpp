@@ -213,13 +213,14 @@ TEST_CASE("emulated CUDA scan: MIMO rank 3 without D, chunk 2", "[scan]") {
   check_against_cpu("MIMO rank 3, no D", c, 621);
 }
 
-// A dD buffer given with no D (no skip connection): both backends add nothing to it. (CUDA added
-// sum dy v, the gradient at D = 0, where the CPU added none.)
+// A dD buffer given with no D (no skip connection): both backends leave it untouched, -0.0
+// included. (CUDA added sum dy v, the gradient at D = 0, where the CPU added zeros.)
 TEST_CASE("emulated CUDA scan: no D but a dD to add into: nothing is added, as on the CPU", "[scan]") {
   const Case c = make_case({{3, 1, 5}, {-4, 5}}, {2, 2, 1, 2, 2, 2, true, false}, 625);
   ScanRun initial = random_initial(c.problem, 626);
   Rng rng(627);
   initial.dD = normal(static_cast<std::size_t>(c.problem.sizes.heads), rng);
+  initial.dD[0] = -0.0f;  // adding 0 would make it +0.0
   const ScanRun got = run_emulated_scan(c.problem, initial), want = cpu_scan(c, initial);
   CHECK(same_bits(got.dD, initial.dD));
   CHECK(same_bits(want.dD, initial.dD));

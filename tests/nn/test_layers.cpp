@@ -137,6 +137,37 @@ TEST_CASE("kernels::starts_document and tap_reads_document: the one rule every d
   CHECK(kernels::tap_reads_document(padded, 4, 2, 4));  // token 3, the same run
   CHECK(kernels::tap_reads_document(padded, 3, 3, 4));  // itself
   CHECK_FALSE(kernels::tap_reads_document(padded, 5, 2, 4));  // document 2 reads no padding
+  // first_tap_in_document and last_output_reading (the kernels' one walk per element) against
+  // the rule's definition, over rows of documents and padding runs, every width up to 6
+  const std::vector<std::vector<std::int32_t>> rows{{1, 1, 2, 2, 2, 3}, {-1, 1, 1, -1, -1, 2, -1, 3, 3, 3},
+                                                     {-1, -1, -1, -1}, {0, 0, 0, 1, -1, 2, 2}, {4}};
+  for (const std::vector<std::int32_t>& row : rows) {
+    const auto seq = static_cast<index_t>(row.size());
+    for (index_t width = 1; width <= 6; ++width)
+      for (index_t t = 0; t < seq; ++t) {
+        // tap j reads token src iff src >= 0 and every token in (src, t] continues src's run
+        const auto reads = [&](index_t src, index_t out) {
+          if (src < 0) return false;
+          for (index_t u = src + 1; u <= out; ++u)
+            if (row[static_cast<std::size_t>(u)] != row[static_cast<std::size_t>(u - 1)]) return false;
+          return true;
+        };
+        index_t first = width;
+        for (index_t j = width - 1; j >= 0 && reads(t - (width - 1) + j, t); --j) first = j;
+        INFO("row of " << seq << ", width " << width << ", token " << t);
+        CHECK(kernels::first_tap_in_document(row.data(), t, width) == first);
+        for (index_t j = 0; j < width; ++j) CHECK(kernels::tap_reads_document(row.data(), t, j, width) == (j >= first));
+        index_t last = t;
+        while (last + 1 < seq && last + 1 <= t + width - 1 && reads(t, last + 1)) ++last;
+        CHECK(kernels::last_output_reading(row.data(), t, width, seq) == last);
+      }
+  }
+  // same_document: two padding tokens only within one run
+  const auto layout = DocumentLayout<Cpu>::from_spans(1, 6, {{{1, 2}, {5, 1}}});  // ids -1 1 1 -1 -1 2
+  CHECK(layout.same_document(0, 3, 4));
+  CHECK_FALSE(layout.same_document(0, 0, 3));
+  CHECK(layout.same_document(0, 1, 2));
+  CHECK_FALSE(layout.same_document(0, 2, 3));
 }
 
 namespace {

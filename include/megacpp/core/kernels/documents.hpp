@@ -28,6 +28,7 @@
 /// from the layout, would no longer say the same).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -176,9 +177,15 @@ struct DocumentLayout {
     }
   }
 
-  /// True when tokens (b, t1) and (b, t2) belong to the same document.
+  /// True when tokens (b, t1) and (b, t2) belong to the same document; two padding tokens when
+  /// they are in one run of padding (each run is a document of its own; the file comment).
   bool same_document(index_t b, index_t t1, index_t t2) const {
-    return doc_ids_host[static_cast<std::size_t>(b * seq + t1)] == doc_ids_host[static_cast<std::size_t>(b * seq + t2)];
+    const std::int32_t* row = doc_ids_host.data() + b * seq;
+    if (row[t1] != row[t2]) return false;
+    if (row[t1] >= 0) return true;  // a document's id is its own in its row
+    for (index_t t = std::min(t1, t2) + 1; t <= std::max(t1, t2); ++t)
+      if (kernels::starts_document(row, t)) return false;
+    return true;
   }
 
   /// Number of documents (spans) over all rows.

@@ -2,7 +2,7 @@
 //
 //   y[b, t, c] = bias[c] + sum_{j < K} w[c, j] x[b, t - (K - 1) + j, c]
 // where a tap reaching a token of another document (or before the row) reads zero (docs/recipe.md "Document masking";
-// Dao-AILab/causal-conv1d's `seq_idx` rule). One graph node with a hand-written backward; the
+// Dao-AILab/causal-conv1d's `seq_idx` rule; a run of padding counts as a document). One graph node with a hand-written backward; the
 // kernel contract is megacpp/core/kernels/causal_conv1d.hpp. conv_window_step is its decode step
 // (Mamba-2's and M2RNN's), through the same contract.
 #pragma once

@@ -236,7 +236,7 @@ void chunked_scan_backward(const ScanParams& sh, const std::int32_t* doc_ids, co
                          dD_rows[b * sh.heads + h]);
       }
   });
-  if (grads.D)
+  if (grads.D && in.D)  // no skip connection: nothing added to dD
     for (index_t h = 0; h < sh.heads; ++h)
       for (index_t b = 0; b < sh.batch; ++b) grads.D[h] += dD_rows[b * sh.heads + h];
 }

@@ -12,9 +12,11 @@
 
 namespace megacpp::cpu::conv {
 
-// valid[j] = whether tap j of token t reads a token of t's document.
+// valid[j] = whether tap j of token t reads a token of t's document (kernels::tap_reads_document,
+// the first such tap found once).
 inline void valid_taps(const std::int32_t* row_ids, index_t t, index_t width, bool* valid) {
-  for (index_t j = 0; j < width; ++j) valid[j] = kernels::tap_reads_document(row_ids, t, j, width);
+  const index_t first = kernels::first_tap_in_document(row_ids, t, width);
+  for (index_t j = 0; j < width; ++j) valid[j] = j >= first;
 }
 
 template <class T>
@@ -55,9 +57,10 @@ void causal_conv1d_backward(index_t batch, index_t seq, index_t channels, index_
       const index_t b = bs / seq, s = bs % seq;
       const std::int32_t* ids = doc_ids + b * seq;
       T* dxr = dx + bs * channels;
+      const index_t last = kernels::last_output_reading(ids, s, width, seq);
       for (index_t j = width - 1; j >= 0; --j) {
         const index_t t = s + (width - 1) - j;  // the output whose tap j reads token s
-        if (t >= seq || !kernels::tap_reads_document(ids, t, j, width)) continue;
+        if (t > last) break;
         const T* g = dy + (b * seq + t) * channels;
         const T* wj = wt.data() + j * channels;
         for (index_t c = 0; c < channels; ++c) dxr[c] += wj[c] * g[c];

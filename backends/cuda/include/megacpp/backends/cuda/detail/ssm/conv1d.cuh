@@ -6,7 +6,8 @@
 //             dw[c, j]    += sum_{(b, t): tap j valid} dy[b, t, c] x[b, t - (K - 1) + j, c]
 //             dbias[c]    += sum_{(b, t)} dy[b, t, c]
 //
-// "j valid" is kernels::tap_reads_document: the source token exists and is in t's document.
+// "j valid" is kernels::tap_reads_document: the source token exists and is in t's document (the
+// forward starts at first_tap_in_document, dx stops at last_output_reading: one walk an element).
 // y and dx: one thread per output element, grid-stride, each element's sum in the CPU kernel's
 // order (bias first then j up; dx starting from its old value, j down), so no atomics and the same
 // rounding sequence as the CPU (up to the FMA contraction nvcc applies). dw and dbias, sums over
@@ -34,9 +35,8 @@ MEGACPP_HD T conv1d_output(const kernels::Conv1dParams& p, const std::int32_t* d
   const index_t c = i % p.channels, bt = i / p.channels, b = bt / p.seq, t = bt % p.seq;
   const std::int32_t* row_ids = doc_ids + b * p.seq;
   T acc = a.bias ? a.bias[c] : T(0);
-  for (index_t j = 0; j < p.width; ++j)
-    if (kernels::tap_reads_document(row_ids, t, j, p.width))
-      acc += a.weight[c * p.width + j] * a.x[(bt - (p.width - 1) + j) * p.channels + c];
+  for (index_t j = kernels::first_tap_in_document(row_ids, t, p.width); j < p.width; ++j)
+    acc += a.weight[c * p.width + j] * a.x[(bt - (p.width - 1) + j) * p.channels + c];
   return acc;
 }
 
@@ -48,9 +48,10 @@ MEGACPP_HD T conv1d_input_grad(const kernels::Conv1dParams& p, const std::int32_
   const index_t c = i % p.channels, bs = i / p.channels, b = bs / p.seq, s = bs % p.seq;
   const std::int32_t* row_ids = doc_ids + b * p.seq;
   T acc = dx_old;
+  const index_t last = kernels::last_output_reading(row_ids, s, p.width, p.seq);
   for (index_t j = p.width - 1; j >= 0; --j) {
     const index_t t = s + (p.width - 1) - j;  // the output whose tap j reads token s
-    if (t >= p.seq || !kernels::tap_reads_document(row_ids, t, j, p.width)) continue;
+    if (t > last) break;
     acc += w[c * p.width + j] * dy[(b * p.seq + t) * p.channels + c];
   }
   return acc;

@@ -193,7 +193,7 @@ MEGACPP_HD void backward_output_phase(const ScanView<T>& s, const ScanBackwardAr
       g.v[s.vy_row(t.bt, h) + j] += split.v.slices == 1 ? state_column_dot(dU, P, j % P, t.k + j / P * N, 0, N, acc)
                                                         : add_runs(split.v, partials + 2 * kThreads, j, acc);
     }
-    if (g.D && s.in.D) dD_partial += t.dy[j] * t.v[j];  // no skip connection: no dD, as on the CPU
+    if (g.D) dD_partial += t.dy[j] * t.v[j];
   }
   if (tid == 0) {
     const index_t at = s.scalar(t.bt, h);

@@ -40,10 +40,12 @@ void scan_forward(const ScanParams& sh, const DocumentLayout<B>& docs, const ker
 }
 
 // Adds into every gradient of `grads` that is not null (dq, dk per head), given dy and the states
-// the forward saved.
+// the forward saved; dD only when the scan has a D (the contract: no skip connection, no dD).
 template <class T, class B>
 void scan_backward(const ScanParams& sh, const DocumentLayout<B>& docs, const kernels::ScanOperands<T>& in, const T* dy,
-                   const T* chunk_states, const kernels::ScanGradients<T>& grads) {
+                   const T* chunk_states, const kernels::ScanGradients<T>& asked) {
+  kernels::ScanGradients<T> grads = asked;
+  if (!in.D) grads.D = nullptr;
   const char* op = "SsmScan<Cuda>::backward";
   check_scan_sizes(op, sh, docs.doc_ids_host);
   if (sh.batch * sh.heads == 0 || sh.seq == 0) return;
