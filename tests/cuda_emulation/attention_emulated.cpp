@@ -155,7 +155,8 @@ AttentionRun run_bf16_attention(const Problem& p, const Inputs& raw, const Atten
   return r;
 }
 
-AttentionRun run_fp32_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial) {
+AttentionRun run_fp32_attention(const Problem& p, const Inputs& raw, const AttentionRun& initial,
+                                const GradientsWanted& wanted) {
   const flash::Geometry<float> g = geometry(p);
   AttentionRun r = prepared(p, initial);
   const float *q = raw.q.data(), *k = raw.k.data(), *v = raw.v.data(), *grad_o = raw.grad_o.data();
@@ -172,11 +173,15 @@ AttentionRun run_fp32_attention(const Problem& p, const Inputs& raw, const Atten
     launch(flash::output_dot_kernel<float>, {dim3(cuda::grid_for(rows * 32)), dim3(cuda::kThreads), 0}, rows, p.dim, r.o.data(),
            grad_o, drow.data());
     if (work.empty()) return;
-    launch(flash::key_value_grad_kernel<float, DPT, TPR>,
-           {grid(work, p.kv_heads), block, (2 * flash::kQueryChunk * L::kRow + 2 * flash::kQueryChunk) * sizeof(float)}, g,
-           work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dk.data(), r.dv.data());
-    launch(flash::query_grad_kernel<float, DPT, TPR>, {grid(work, p.heads), block, 2 * flash::kKeyTile * L::kRow * sizeof(float)},
-           g, work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), r.dq.data());
+    if (wanted.k || wanted.v)
+      launch(flash::key_value_grad_kernel<float, DPT, TPR>,
+             {grid(work, p.kv_heads), block, (2 * flash::kQueryChunk * L::kRow + 2 * flash::kQueryChunk) * sizeof(float)}, g,
+             work.data(), q, k, v, grad_o, r.lse.data(), drow.data(), wanted.k ? r.dk.data() : nullptr,
+             wanted.v ? r.dv.data() : nullptr);
+    if (wanted.q)
+      launch(flash::query_grad_kernel<float, DPT, TPR>,
+             {grid(work, p.heads), block, 2 * flash::kKeyTile * L::kRow * sizeof(float)}, g, work.data(), q, k, v, grad_o,
+             r.lse.data(), drow.data(), r.dq.data());
   });
   return r;
 }

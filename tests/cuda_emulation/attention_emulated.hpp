@@ -55,8 +55,9 @@ struct GradOutputRowsRun {
 };
 GradOutputRowsRun emulated_grad_output_rows(const float* grad_o, const float* o, index_t rows, index_t dim);
 
-/// The fp32 CUDA-core attention (detail/attention.cuh) as detail/attention_launch.cuh launches it.
+/// The fp32 CUDA-core attention (detail/attention.cuh) as detail/attention_launch.cuh launches it,
+/// the wanted gradients added into `initial`'s (the others passed as null pointers).
 AttentionRun run_fp32_attention(const attention_bf16_test::Problem& p, const attention_bf16_test::Inputs& raw,
-                                const AttentionRun& initial);
+                                const AttentionRun& initial, const GradientsWanted& wanted = {});
 
 }  // namespace megacpp::cuda_emulation

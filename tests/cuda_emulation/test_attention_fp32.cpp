@@ -56,4 +56,21 @@ TEST_CASE("emulated fp32 attention with head_dim 80, 128 and 200", "[attention_f
   check_fp32_case(wide, 540);
 }
 
+// Gradients not asked for are null pointers (the kernel contract): they stay untouched, and the
+// others are the same bits as when all three are asked for (a GQA case: dK/dV sum query heads).
+TEST_CASE("emulated fp32 attention: dK or dV alone, dQ skipped", "[attention_fp32]") {
+  const Problem p = attention_bf16_test::problems()[0];
+  const Inputs raw = attention_bf16_test::make_inputs(p, 500);
+  const AttentionRun initial = random_initial(p, 501);
+  const AttentionRun all = run_fp32_attention(p, raw, initial);
+  const AttentionRun only_v = run_fp32_attention(p, raw, initial, {.q = false, .k = false, .v = true});
+  CHECK(only_v.dq == initial.dq);
+  CHECK(only_v.dk == initial.dk);
+  CHECK(only_v.dv == all.dv);
+  const AttentionRun k_and_q = run_fp32_attention(p, raw, initial, {.q = true, .k = true, .v = false});
+  CHECK(k_and_q.dq == all.dq);
+  CHECK(k_and_q.dk == all.dk);
+  CHECK(k_and_q.dv == initial.dv);
+}
+
 }  // namespace megacpp::cuda_emulation
