@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -20,6 +21,22 @@ std::vector<T> uniform(std::size_t n, Rng& rng, double lo = -1.0, double hi = 1.
   std::vector<T> out(n);
   for (T& x : out) x = static_cast<T>(rng.uniform(lo, hi));
   return out;
+}
+
+// Doc ids of rows of documents given by their lengths (each row the same total), row-major; a
+// negative length -n stands for n padding tokens (doc id -1, as DocumentLayout::from_spans gives
+// them). Documents are numbered from `first_id` on (ids need not start at 0: a row may begin
+// inside a document). `seq` receives the row length.
+inline std::vector<std::int32_t> doc_ids_of(const std::vector<std::vector<index_t>>& rows, std::int32_t first_id,
+                                            index_t& seq) {
+  seq = 0;
+  for (index_t length : rows.front()) seq += length < 0 ? -length : length;
+  std::vector<std::int32_t> ids;
+  std::int32_t id = first_id;
+  for (const std::vector<index_t>& row : rows)
+    for (index_t length : row)
+      ids.insert(ids.end(), static_cast<std::size_t>(length < 0 ? -length : length), length < 0 ? -1 : id++);
+  return ids;
 }
 
 // n values of device memory as cudaMalloc leaves it: NaN, so a read of what no kernel wrote shows

@@ -55,12 +55,8 @@ struct Problem {
   std::vector<T> x, w, bias, dy;
   explicit Problem(const Conv1dCase& c) {
     index_t seq = 0;
-    for (index_t length : c.documents.front()) seq += length < 0 ? -length : length;
+    doc_ids = doc_ids_of(c.documents, 2, seq);
     p = {static_cast<index_t>(c.documents.size()), seq, c.channels, c.width};
-    std::int32_t id = 2;
-    for (const std::vector<index_t>& row : c.documents)
-      for (index_t length : row)
-        doc_ids.insert(doc_ids.end(), static_cast<std::size_t>(length < 0 ? -length : length), length < 0 ? -1 : id++);
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     Rng rng(17);
     x = uniform<T>(n(p.batch * seq * c.channels), rng);

@@ -58,19 +58,9 @@ struct Problem {
   explicit Problem(const ScanCase& c) {
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     index_t seq = 0;
-    for (index_t length : c.documents.front()) seq += length < 0 ? -length : length;
+    doc_ids = doc_ids_of(c.documents, 3, seq);
     const index_t batch = static_cast<index_t>(c.documents.size());
     p = {batch, seq, c.heads, c.k_dim, c.v_dim, c.clip, c.checkpoint_every};
-    std::int32_t id = 3;  // ids need not start at 0: a row may begin inside a document
-    for (const std::vector<index_t>& row : c.documents)
-      for (index_t length : row) {
-        if (length < 0) {
-          doc_ids.insert(doc_ids.end(), n(-length), -1);
-          continue;
-        }
-        doc_ids.insert(doc_ids.end(), n(length), id);
-        ++id;
-      }
     Rng rng(57);
     const index_t tokens = batch * seq * c.heads;
     q = uniform<T>(n(tokens * c.k_dim), rng);

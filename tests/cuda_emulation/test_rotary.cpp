@@ -58,14 +58,10 @@ struct Problem {
   std::vector<T> angle, dt, x, bias, dy;
   explicit Problem(const RotaryCase& c) {
     index_t seq = 0;
-    for (index_t length : c.documents.front()) seq += length < 0 ? -length : length;
+    doc_ids = doc_ids_of(c.documents, 5, seq);
     const index_t batch = static_cast<index_t>(c.documents.size());
     angles = {batch, seq, c.heads, c.S};
     qk = {batch, seq, c.heads, c.R, c.N, c.S};
-    std::int32_t id = 5;  // ids need not start at 0
-    for (const std::vector<index_t>& row : c.documents)
-      for (index_t length : row)
-        doc_ids.insert(doc_ids.end(), static_cast<std::size_t>(length < 0 ? -length : length), length < 0 ? -1 : id++);
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     Rng rng(91);
     angle = uniform<T>(n(batch * seq * c.S), rng, -2.0, 2.0);
